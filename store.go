@@ -1,0 +1,150 @@
+package muster
+
+import (
+	"context"
+	"time"
+)
+
+// Event is one entry of a model's event log: who did what, when.
+type Event struct {
+	Seq       int64 // assigned by the store, increasing per store
+	ModelUUID string
+	MachineID string // "" for model-wide events
+	Time      time.Time
+	Actor     string // "admin", "provisioner", "agent/3", ...
+	Kind      string // "add-machine", "start", "started", "retry", "error", "harvest", ...
+	Message   string
+}
+
+// EventFilter selects events. Zero fields select everything.
+type EventFilter struct {
+	MachineID string
+	AfterSeq  int64 // only events with Seq > AfterSeq
+	Limit     int   // at most this many, newest last; 0 = no limit
+}
+
+// ChangeKind names what a change log entry is about.
+type ChangeKind string
+
+const (
+	ChangeMachine ChangeKind = "machine" // a machine was added, changed or removed
+	ChangeModel   ChangeKind = "model"   // a model's settings or config changed
+	ChangeEvent   ChangeKind = "event"   // an event was appended
+)
+
+// ChangeSet is what a Watcher delivers: the coalesced changes of one model
+// up to and including Revision.
+type ChangeSet struct {
+	Revision int64
+	Machines []string // ids of machines added, changed or removed, sorted, no repeats
+	Model    bool     // the model's settings or config changed
+	Events   bool     // events were appended
+}
+
+// Watcher delivers ChangeSets until it is closed or its context ends. The
+// channel is closed then, and Err says why (nil after Close).
+type Watcher interface {
+	Changes() <-chan ChangeSet
+	Err() error
+	Close() error
+}
+
+// ModelStore keeps models. Methods are safe for concurrent use.
+type ModelStore interface {
+	// CreateModel creates a model with a fresh UUID (when m.UUID is empty)
+	// and returns it. EConflict if the name is taken, EInvalid for a bad
+	// name or settings.
+	CreateModel(ctx context.Context, m Model) (Model, error)
+	// Model returns the model with the given name or UUID; ENotFound.
+	Model(ctx context.Context, nameOrUUID string) (Model, error)
+	// Models returns every model, by name.
+	Models(ctx context.Context) ([]Model, error)
+	// UpdateModelSettings replaces a model's settings; EInvalid, ENotFound.
+	UpdateModelSettings(ctx context.Context, modelUUID string, s Settings) error
+	// RemoveModel removes a model that has no machines; EConflict if it
+	// still has some, ENotFound.
+	RemoveModel(ctx context.Context, modelUUID string) error
+}
+
+// MachineStore keeps machines. Methods are safe for concurrent use. Every
+// method that takes a model UUID returns ENotFound for an unknown model.
+type MachineStore interface {
+	// AddMachines declares machines in one transaction and returns them
+	// with their new ids, which are never reused in the model. EInvalid for
+	// a bad template (nothing is added).
+	AddMachines(ctx context.Context, modelUUID string, ts []MachineTemplate) ([]Machine, error)
+	// Machine returns one machine; ENotFound.
+	Machine(ctx context.Context, modelUUID, id string) (Machine, error)
+	// Machines returns the named machines that exist, in id order; nil ids
+	// means every machine of the model.
+	Machines(ctx context.Context, modelUUID string, ids []string) ([]Machine, error)
+	// UpdateMachines applies the updates in one transaction: all or none.
+	// ENotFound for a missing machine, EInvalid for a life that would move
+	// backward or a bad status.
+	UpdateMachines(ctx context.Context, modelUUID string, us []MachineUpdate) error
+	// RecordInstances records started instances (P11) in one transaction.
+	// Each record is refused on its own (errs[i] with EConflict) if the
+	// machine is dead, already has an instance, or the nonce differs from
+	// the recorded one (ENotFound if the machine is gone); an accepted one
+	// sets instance status running and clears the instance message (P12).
+	// err is for a failure of the whole batch, in which case nothing is
+	// recorded.
+	RecordInstances(ctx context.Context, modelUUID string, rs []InstanceRecord) (errs []error, err error)
+	// RemoveMachines removes dead machines in one transaction. EConflict if
+	// any is not dead (nothing is removed); missing ids are ignored. The
+	// instance of a removed keep-instance machine is remembered as
+	// released (H8).
+	RemoveMachines(ctx context.Context, modelUUID string, ids []string) error
+	// ReleasedInstances returns the ids of instances released from muster.
+	ReleasedInstances(ctx context.Context, modelUUID string) (map[string]bool, error)
+	// ProvisioningInfo returns what is needed to start each named machine
+	// that exists, in one query.
+	ProvisioningInfo(ctx context.Context, modelUUID string, ids []string) (map[string]ProvisioningInfo, error)
+	// DistributionGroups returns, for each named machine that has a group,
+	// the ids of the alive machines of that group (itself included).
+	DistributionGroups(ctx context.Context, modelUUID string, ids []string) (map[string][]string, error)
+}
+
+// EventStore keeps each model's event log.
+type EventStore interface {
+	// AppendEvents appends events in one transaction; Seq and (when zero)
+	// Time are set by the store.
+	AppendEvents(ctx context.Context, es []Event) error
+	// Events returns a model's events in Seq order.
+	Events(ctx context.Context, modelUUID string, f EventFilter) ([]Event, error)
+}
+
+// ChangeWatcher watches a model's change log.
+type ChangeWatcher interface {
+	// Watch starts a watcher on one model for the given kinds (all when
+	// none are given). With from == 0 the first ChangeSet holds every
+	// machine id of the model (and Model true); with from > 0 the watcher
+	// resumes after that revision and no change after it is missed. The
+	// watcher ends when ctx ends.
+	Watch(ctx context.Context, modelUUID string, from int64, kinds ...ChangeKind) (Watcher, error)
+	// Revision returns the newest revision of the change log.
+	Revision(ctx context.Context) (int64, error)
+}
+
+// ControllerStore keeps controller-wide configuration (uuid, CA, token
+// hashes): a string map shared by every controller on the same store.
+type ControllerStore interface {
+	// ControllerConfig returns the whole map.
+	ControllerConfig(ctx context.Context) (map[string]string, error)
+	// InitControllerConfig sets the keys that are not set yet, in one
+	// transaction, and returns the resulting map (so the first controller's
+	// values win).
+	InitControllerConfig(ctx context.Context, kv map[string]string) (map[string]string, error)
+	// SetControllerConfig sets one key.
+	SetControllerConfig(ctx context.Context, key, value string) error
+}
+
+// Store is the whole state store.
+type Store interface {
+	ModelStore
+	MachineStore
+	EventStore
+	ChangeWatcher
+	ControllerStore
+	Close() error
+}
