@@ -1,0 +1,110 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/musterhq/muster"
+)
+
+// AppendEvents appends events in one transaction. It sets Seq (and Time
+// when zero) in es as well as in the store.
+func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
+	for i, e := range es {
+		if e.ModelUUID == "" {
+			return muster.Errorf(muster.EInvalid, "event %d has no model", i)
+		}
+		if e.Kind == "" {
+			return muster.Errorf(muster.EInvalid, "event %d has no kind", i)
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	now := s.clock.Now().UTC()
+	seqs := make([]int64, len(es))
+	err := s.write(ctx, func(t *wtx) error {
+		checked := map[string]bool{}
+		stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
+		if err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
+		defer stmt.Close()
+		for i, e := range es {
+			if !checked[e.ModelUUID] {
+				if err := s.checkModel(ctx, t.tx, e.ModelUUID); err != nil {
+					return err
+				}
+				checked[e.ModelUUID] = true
+			}
+			tm := e.Time
+			if tm.IsZero() {
+				tm = now
+			}
+			if err := stmt.QueryRowContext(ctx, e.ModelUUID, e.MachineID, nanos(tm), e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
+				return fmt.Errorf("append event: %w", err)
+			}
+			t.change(e.ModelUUID, muster.ChangeEvent, "")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range es {
+		es[i].Seq = seqs[i]
+		if es[i].Time.IsZero() {
+			es[i].Time = now
+		}
+	}
+	return nil
+}
+
+// Events returns a model's events in Seq order; with a limit, the newest.
+func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilter) ([]muster.Event, error) {
+	if f.Limit < 0 {
+		return nil, muster.Errorf(muster.EInvalid, "bad event limit %d: want zero or more", f.Limit)
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+		return nil, err
+	}
+	q := `SELECT seq, model_uuid, machine_id, time, actor, kind, message FROM events WHERE model_uuid = ? AND seq > ?`
+	args := []any{modelUUID, f.AfterSeq}
+	if f.MachineID != "" {
+		q += ` AND machine_id = ?`
+		args = append(args, f.MachineID)
+	}
+	if f.Limit > 0 {
+		q += ` ORDER BY seq DESC LIMIT ?`
+		args = append(args, f.Limit)
+	} else {
+		q += ` ORDER BY seq`
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var es []muster.Event
+	for rows.Next() {
+		var e muster.Event
+		var tm int64
+		if err := rows.Scan(&e.Seq, &e.ModelUUID, &e.MachineID, &tm, &e.Actor, &e.Kind, &e.Message); err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		e.Time = fromNanos(tm)
+		es = append(es, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	if f.Limit > 0 {
+		for i, j := 0, len(es)-1; i < j; i, j = i+1, j-1 {
+			es[i], es[j] = es[j], es[i]
+		}
+	}
+	return es, nil
+}

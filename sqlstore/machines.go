@@ -1,0 +1,549 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/musterhq/muster"
+)
+
+// AddMachines declares machines in one transaction. Ids come from the
+// model's sequence, which only grows.
+func (s *Store) AddMachines(ctx context.Context, modelUUID string, ts []muster.MachineTemplate) ([]muster.Machine, error) {
+	ms := make([]muster.Machine, len(ts))
+	storage := make([]string, len(ts))
+	now := s.clock.Now().UTC()
+	for i, t := range ts {
+		t.Storage = append([]muster.StorageDirective(nil), t.Storage...)
+		if err := t.Validate(); err != nil {
+			return nil, muster.Errorf(muster.EInvalid, "machine template %d: %s", i, muster.ErrorMessage(err))
+		}
+		if len(t.Storage) > 0 {
+			b, err := json.Marshal(t.Storage)
+			if err != nil {
+				return nil, fmt.Errorf("encode storage: %w", err)
+			}
+			storage[i] = string(b)
+		}
+		ms[i] = muster.Machine{
+			ModelUUID:   modelUUID,
+			Life:        muster.LifeAlive,
+			Status:      muster.StatusPending,
+			Constraints: t.Constraints,
+			Base:        t.Base,
+			Group:       t.Group,
+			Placement:   t.Placement,
+			Storage:     t.Storage,
+			Created:     now,
+			Updated:     now,
+		}
+	}
+	err := s.write(ctx, func(t *wtx) error {
+		var next int64
+		err := t.queryRow(ctx, `UPDATE models SET next_machine = next_machine + ? WHERE uuid = ? RETURNING next_machine`, len(ts), modelUUID).Scan(&next)
+		if errors.Is(err, sql.ErrNoRows) {
+			return muster.Errorf(muster.ENotFound, "model %q not found", modelUUID)
+		}
+		if err != nil {
+			return fmt.Errorf("next machine id of model %s: %w", modelUUID, err)
+		}
+		if len(ts) == 0 {
+			return nil
+		}
+		first := next - int64(len(ts))
+		stmt, err := t.prepare(ctx, `INSERT INTO machines (model_uuid, id, life, status, constraints, base, grp, placement, storage, created, updated)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return fmt.Errorf("add machines: %w", err)
+		}
+		defer stmt.Close()
+		for i := range ms {
+			m := &ms[i]
+			id := first + int64(i)
+			m.ID = formatID(id)
+			if _, err := stmt.ExecContext(ctx, modelUUID, id, string(m.Life), string(m.Status), m.Constraints.String(),
+				m.Base, m.Group, m.Placement, storage[i], nanos(now), nanos(now)); err != nil {
+				return fmt.Errorf("add machine %s: %w", m.ID, err)
+			}
+			t.change(modelUUID, muster.ChangeMachine, m.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ms, nil
+}
+
+const machineCols = `model_uuid, id, life, status, status_message, instance_status, instance_message,
+	constraints, base, grp, placement, storage, keep_instance, instance, launch_token, nonce,
+	password_hash, auto_retries, next_retry, created, updated`
+
+func scanMachine(sc interface{ Scan(...any) error }) (muster.Machine, error) {
+	var m muster.Machine
+	var id, keep, nextRetry, created, updated int64
+	var life, status, istatus, cons, storage, inst string
+	err := sc.Scan(&m.ModelUUID, &id, &life, &status, &m.StatusMessage, &istatus, &m.InstanceMessage,
+		&cons, &m.Base, &m.Group, &m.Placement, &storage, &keep, &inst, &m.LaunchToken, &m.Nonce,
+		&m.PasswordHash, &m.AutoRetries, &nextRetry, &created, &updated)
+	if err != nil {
+		return m, err
+	}
+	m.ID = formatID(id)
+	m.Life = muster.Life(life)
+	m.Status = muster.MachineStatus(status)
+	m.InstanceStatus = muster.InstanceStatus(istatus)
+	m.KeepInstance = keep != 0
+	m.NextRetry = fromNanos(nextRetry)
+	m.Created = fromNanos(created)
+	m.Updated = fromNanos(updated)
+	if m.Constraints, err = muster.ParseConstraints(cons); err != nil {
+		return m, fmt.Errorf("decode constraints of machine %s: %w", m.ID, err)
+	}
+	if storage != "" {
+		if err := json.Unmarshal([]byte(storage), &m.Storage); err != nil {
+			return m, fmt.Errorf("decode storage of machine %s: %w", m.ID, err)
+		}
+	}
+	if inst != "" {
+		m.Instance = new(muster.InstanceInfo)
+		if err := json.Unmarshal([]byte(inst), m.Instance); err != nil {
+			return m, fmt.Errorf("decode instance of machine %s: %w", m.ID, err)
+		}
+	}
+	return m, nil
+}
+
+// Machine returns one machine.
+func (s *Store) Machine(ctx context.Context, modelUUID, id string) (muster.Machine, error) {
+	if err := s.checkOpen(); err != nil {
+		return muster.Machine{}, err
+	}
+	n, ok := parseID(id)
+	if ok {
+		row := s.rdb.QueryRowContext(ctx, s.d.rebind(`SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`), modelUUID, n)
+		m, err := scanMachine(row)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return muster.Machine{}, fmt.Errorf("read machine %s: %w", id, err)
+		}
+	}
+	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+		return muster.Machine{}, err
+	}
+	return muster.Machine{}, muster.Errorf(muster.ENotFound, "machine %q not found", id)
+}
+
+// Machines returns the named machines that exist (every machine for nil
+// ids), in id order.
+func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([]muster.Machine, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + machineCols + ` FROM machines WHERE model_uuid = ?`
+	args := []any{modelUUID}
+	if ids != nil {
+		nums := parseIDs(ids)
+		if len(nums) == 0 {
+			return nil, nil
+		}
+		q += ` AND ` + s.d.inList("id")
+		args = append(args, s.d.listArg(nums))
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(q+` ORDER BY id`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("read machines: %w", err)
+	}
+	defer rows.Close()
+	var ms []muster.Machine
+	for rows.Next() {
+		m, err := scanMachine(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read machines: %w", err)
+		}
+		ms = append(ms, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read machines: %w", err)
+	}
+	return ms, nil
+}
+
+// checkUpdate checks the parts of u that need no stored state.
+func checkUpdate(u muster.MachineUpdate) error {
+	if u.Life != nil && !u.Life.Valid() {
+		return muster.Errorf(muster.EInvalid, "machine %s: bad life %q", u.ID, *u.Life)
+	}
+	if u.Status != nil && !u.Status.Valid() {
+		return muster.Errorf(muster.EInvalid, "machine %s: bad status %q", u.ID, *u.Status)
+	}
+	if u.InstanceStatus != nil && !u.InstanceStatus.Valid() {
+		return muster.Errorf(muster.EInvalid, "machine %s: bad instance status %q", u.ID, *u.InstanceStatus)
+	}
+	if u.AutoRetries != nil && *u.AutoRetries < 0 {
+		return muster.Errorf(muster.EInvalid, "machine %s: bad auto-retries %d: want zero or more", u.ID, *u.AutoRetries)
+	}
+	return nil
+}
+
+// UpdateMachines applies the updates in one transaction, in order: all or
+// none.
+func (s *Store) UpdateMachines(ctx context.Context, modelUUID string, us []muster.MachineUpdate) error {
+	for _, u := range us {
+		if err := checkUpdate(u); err != nil {
+			return err
+		}
+	}
+	return s.write(ctx, func(t *wtx) error {
+		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+			return err
+		}
+		if len(us) == 0 {
+			return nil
+		}
+		sel, err := t.prepare(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`)
+		if err != nil {
+			return fmt.Errorf("update machines: %w", err)
+		}
+		defer sel.Close()
+		upd, err := t.prepare(ctx, `UPDATE machines SET life = ?, status = ?, status_message = ?, instance_status = ?,
+			instance_message = ?, keep_instance = ?, instance = ?, launch_token = ?, nonce = ?, password_hash = ?,
+			auto_retries = ?, next_retry = ?, updated = ? WHERE model_uuid = ? AND id = ?`)
+		if err != nil {
+			return fmt.Errorf("update machines: %w", err)
+		}
+		defer upd.Close()
+		now := nanos(s.clock.Now())
+		for _, u := range us {
+			n, ok := parseID(u.ID)
+			if !ok {
+				return muster.Errorf(muster.ENotFound, "machine %q not found", u.ID)
+			}
+			m, err := scanMachine(sel.QueryRowContext(ctx, modelUUID, n))
+			if errors.Is(err, sql.ErrNoRows) {
+				return muster.Errorf(muster.ENotFound, "machine %q not found", u.ID)
+			}
+			if err != nil {
+				return fmt.Errorf("read machine %s: %w", u.ID, err)
+			}
+			if err := applyUpdate(&m, u); err != nil {
+				return err
+			}
+			inst := ""
+			if m.Instance != nil {
+				b, err := json.Marshal(m.Instance)
+				if err != nil {
+					return fmt.Errorf("encode instance of machine %s: %w", m.ID, err)
+				}
+				inst = string(b)
+			}
+			if _, err := upd.ExecContext(ctx, string(m.Life), string(m.Status), m.StatusMessage, string(m.InstanceStatus),
+				m.InstanceMessage, boolInt(m.KeepInstance), inst, m.LaunchToken, m.Nonce, m.PasswordHash,
+				m.AutoRetries, nanos(m.NextRetry), now, modelUUID, n); err != nil {
+				return fmt.Errorf("update machine %s: %w", m.ID, err)
+			}
+			t.change(modelUUID, muster.ChangeMachine, m.ID)
+		}
+		return nil
+	})
+}
+
+// applyUpdate applies u to m, checking what depends on m.
+func applyUpdate(m *muster.Machine, u muster.MachineUpdate) error {
+	if u.Life != nil {
+		if !m.Life.CanBecome(*u.Life) {
+			return muster.Errorf(muster.EInvalid, "machine %s: life cannot move back from %s to %s", m.ID, m.Life, *u.Life)
+		}
+		m.Life = *u.Life
+	}
+	if (u.Addresses != nil || u.Hardware != nil) && !m.HasInstance() {
+		return muster.Errorf(muster.EInvalid, "machine %s has no instance to set addresses or hardware on", m.ID)
+	}
+	set := func(dst *string, src *string) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	if u.Status != nil {
+		m.Status = *u.Status
+	}
+	set(&m.StatusMessage, u.StatusMessage)
+	if u.InstanceStatus != nil {
+		m.InstanceStatus = *u.InstanceStatus
+	}
+	set(&m.InstanceMessage, u.InstanceMessage)
+	if u.KeepInstance != nil {
+		m.KeepInstance = *u.KeepInstance
+	}
+	set(&m.LaunchToken, u.LaunchToken)
+	set(&m.Nonce, u.Nonce)
+	set(&m.PasswordHash, u.PasswordHash)
+	if u.AutoRetries != nil {
+		m.AutoRetries = *u.AutoRetries
+	}
+	if u.NextRetry != nil {
+		m.NextRetry = *u.NextRetry
+	}
+	if u.Addresses != nil {
+		m.Instance.Addresses = append([]string(nil), (*u.Addresses)...)
+	}
+	if u.Hardware != nil {
+		m.Instance.Hardware = *u.Hardware
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// RecordInstances records started instances (P11), each refused on its own.
+func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []muster.InstanceRecord) ([]error, error) {
+	errs := make([]error, len(rs))
+	err := s.write(ctx, func(t *wtx) error {
+		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+			return err
+		}
+		if len(rs) == 0 {
+			return nil
+		}
+		sel, err := t.prepare(ctx, `SELECT life, instance_id, nonce FROM machines WHERE model_uuid = ? AND id = ?`)
+		if err != nil {
+			return fmt.Errorf("record instances: %w", err)
+		}
+		defer sel.Close()
+		upd, err := t.prepare(ctx, `UPDATE machines SET instance_id = ?, instance = ?, instance_status = ?,
+			instance_message = '', updated = ? WHERE model_uuid = ? AND id = ?`)
+		if err != nil {
+			return fmt.Errorf("record instances: %w", err)
+		}
+		defer upd.Close()
+		now := nanos(s.clock.Now())
+		for i, r := range rs {
+			if r.Info.InstanceID == "" {
+				errs[i] = muster.Errorf(muster.EInvalid, "machine %s: empty instance id", r.MachineID)
+				continue
+			}
+			n, ok := parseID(r.MachineID)
+			if !ok {
+				errs[i] = muster.Errorf(muster.ENotFound, "machine %q not found", r.MachineID)
+				continue
+			}
+			var life, instID, nonce string
+			err := sel.QueryRowContext(ctx, modelUUID, n).Scan(&life, &instID, &nonce)
+			if errors.Is(err, sql.ErrNoRows) {
+				errs[i] = muster.Errorf(muster.ENotFound, "machine %q not found", r.MachineID)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("read machine %s: %w", r.MachineID, err)
+			}
+			switch {
+			case muster.Life(life) == muster.LifeDead:
+				errs[i] = muster.Errorf(muster.EConflict, "machine %s is dead", r.MachineID)
+				continue
+			case instID != "":
+				errs[i] = muster.Errorf(muster.EConflict, "machine %s already has instance %s", r.MachineID, instID)
+				continue
+			case nonce != r.Nonce:
+				errs[i] = muster.Errorf(muster.EConflict, "machine %s: nonce %q does not match the current attempt", r.MachineID, r.Nonce)
+				continue
+			}
+			b, err := json.Marshal(r.Info)
+			if err != nil {
+				return fmt.Errorf("encode instance of machine %s: %w", r.MachineID, err)
+			}
+			if _, err := upd.ExecContext(ctx, r.Info.InstanceID, string(b), string(muster.InstanceRunning), now, modelUUID, n); err != nil {
+				return fmt.Errorf("record instance of machine %s: %w", r.MachineID, err)
+			}
+			t.change(modelUUID, muster.ChangeMachine, r.MachineID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+// RemoveMachines removes dead machines; the instances of keep-instance
+// machines are remembered as released.
+func (s *Store) RemoveMachines(ctx context.Context, modelUUID string, ids []string) error {
+	nums := parseIDs(ids)
+	return s.write(ctx, func(t *wtx) error {
+		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+			return err
+		}
+		if len(nums) == 0 {
+			return nil
+		}
+		rows, err := t.query(ctx, `SELECT id, life, keep_instance, instance_id FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")+` ORDER BY id`,
+			modelUUID, s.d.listArg(nums))
+		if err != nil {
+			return fmt.Errorf("read machines: %w", err)
+		}
+		type victim struct {
+			id       int64
+			released string
+		}
+		var victims []victim
+		var alive []string
+		for rows.Next() {
+			var id, keep int64
+			var life, inst string
+			if err := rows.Scan(&id, &life, &keep, &inst); err != nil {
+				rows.Close()
+				return fmt.Errorf("read machines: %w", err)
+			}
+			if muster.Life(life) != muster.LifeDead {
+				alive = append(alive, formatID(id)+" is "+life)
+				continue
+			}
+			v := victim{id: id}
+			if keep != 0 {
+				v.released = inst
+			}
+			victims = append(victims, v)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read machines: %w", err)
+		}
+		if len(alive) > 0 {
+			return muster.Errorf(muster.EConflict, "cannot remove machines that are not dead: machine %s", strings.Join(alive, ", machine "))
+		}
+		now := nanos(s.clock.Now())
+		for _, v := range victims {
+			if _, err := t.exec(ctx, `DELETE FROM machines WHERE model_uuid = ? AND id = ?`, modelUUID, v.id); err != nil {
+				return fmt.Errorf("remove machine %d: %w", v.id, err)
+			}
+			if v.released != "" {
+				if _, err := t.exec(ctx, `INSERT INTO released_instances (model_uuid, instance_id, released) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+					modelUUID, v.released, now); err != nil {
+					return fmt.Errorf("release instance %s: %w", v.released, err)
+				}
+			}
+			t.change(modelUUID, muster.ChangeMachine, formatID(v.id))
+		}
+		return nil
+	})
+}
+
+// ReleasedInstances returns the ids of instances released from muster.
+func (s *Store) ReleasedInstances(ctx context.Context, modelUUID string) (map[string]bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT instance_id FROM released_instances WHERE model_uuid = ?`), modelUUID)
+	if err != nil {
+		return nil, fmt.Errorf("read released instances: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("read released instances: %w", err)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read released instances: %w", err)
+	}
+	return out, nil
+}
+
+// ProvisioningInfo returns what is needed to start each named machine that
+// exists, in one query.
+func (s *Store) ProvisioningInfo(ctx context.Context, modelUUID string, ids []string) (map[string]muster.ProvisioningInfo, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+		return nil, err
+	}
+	out := map[string]muster.ProvisioningInfo{}
+	nums := parseIDs(ids)
+	if len(nums) == 0 {
+		return out, nil
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT id, constraints, base, placement, storage, grp FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")),
+		modelUUID, s.d.listArg(nums))
+	if err != nil {
+		return nil, fmt.Errorf("read provisioning info: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var cons, storage string
+		var p muster.ProvisioningInfo
+		if err := rows.Scan(&id, &cons, &p.Base, &p.Placement, &storage, &p.Group); err != nil {
+			return nil, fmt.Errorf("read provisioning info: %w", err)
+		}
+		p.MachineID = formatID(id)
+		if p.Constraints, err = muster.ParseConstraints(cons); err != nil {
+			return nil, fmt.Errorf("decode constraints of machine %s: %w", p.MachineID, err)
+		}
+		if storage != "" {
+			if err := json.Unmarshal([]byte(storage), &p.Storage); err != nil {
+				return nil, fmt.Errorf("decode storage of machine %s: %w", p.MachineID, err)
+			}
+		}
+		out[p.MachineID] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read provisioning info: %w", err)
+	}
+	return out, nil
+}
+
+// DistributionGroups returns, for each named machine that has a group, the
+// ids of the alive machines of its group and its own, in id order, in one
+// query.
+func (s *Store) DistributionGroups(ctx context.Context, modelUUID string, ids []string) (map[string][]string, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	nums := parseIDs(ids)
+	if len(nums) == 0 {
+		return out, nil
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT q.id, m.id FROM machines q
+		JOIN machines m ON m.model_uuid = q.model_uuid AND m.grp = q.grp
+		WHERE q.model_uuid = ? AND q.grp <> '' AND `+s.d.inList("q.id")+` AND (m.life = 'alive' OR m.id = q.id)
+		ORDER BY q.id, m.id`), modelUUID, s.d.listArg(nums))
+	if err != nil {
+		return nil, fmt.Errorf("read distribution groups: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q, m int64
+		if err := rows.Scan(&q, &m); err != nil {
+			return nil, fmt.Errorf("read distribution groups: %w", err)
+		}
+		out[formatID(q)] = append(out[formatID(q)], formatID(m))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read distribution groups: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,377 @@
+// Package sqlstore is muster's state store on SQL databases: SQLite through
+// modernc.org/sqlite (the embedded default). Models, machines, the event
+// log, controller configuration and a change log live in one database whose
+// schema is migrated at Open; every write that a watcher can see records
+// its change in the same transaction, so watchers never miss a change, even
+// across restarts.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+var _ muster.Store = (*Store)(nil)
+
+// Store is a muster.Store on an SQL database. Its methods are safe for
+// concurrent use.
+type Store struct {
+	d     *dialect
+	wdb   *sql.DB // writes: one connection, so writers queue instead of failing busy
+	rdb   *sql.DB // reads: several connections in parallel
+	clock muster.Clock
+	log   *slog.Logger
+	poll  time.Duration
+
+	mu     sync.Mutex
+	notify chan struct{} // closed and replaced after each commit with changes
+	closed bool
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	clock muster.Clock
+	log   *slog.Logger
+	poll  time.Duration
+}
+
+// WithClock sets the clock that stamps created, updated and event times;
+// default muster.SystemClock.
+func WithClock(c muster.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets the logger; default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithPollInterval sets how often watchers read the change log when no
+// write of this process woke them (writes of other processes are seen this
+// way); default 250ms.
+func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
+
+// Open opens the store at url, "sqlite:///abs/path/muster.db" or a bare
+// file path, creating the database and applying migrations as needed.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	o := options{clock: muster.SystemClock, log: slog.Default(), poll: 250 * time.Millisecond}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.poll <= 0 {
+		return nil, muster.Errorf(muster.EInvalid, "bad poll interval %s: want more than zero", o.poll)
+	}
+	file, err := sqlitePath(url)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		d:      sqliteDialect(),
+		clock:  o.clock,
+		log:    o.log,
+		poll:   o.poll,
+		notify: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	// WAL lets readers run beside the writer; synchronous=NORMAL is safe
+	// in WAL mode (a power loss may lose the last commits, never corrupt).
+	pragmas := "_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	s.wdb, err = sql.Open("sqlite", file+"?_pragma=journal_mode(WAL)&"+pragmas+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	if err := s.migrate(ctx); err != nil {
+		s.wdb.Close()
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	s.rdb, err = sql.Open("sqlite", file+"?"+pragmas)
+	if err != nil {
+		s.wdb.Close()
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	s.rdb.SetMaxOpenConns(8)
+	s.rdb.SetMaxIdleConns(8)
+	return s, nil
+}
+
+// sqlitePath returns the file path of a sqlite URL or bare path.
+func sqlitePath(u string) (string, error) {
+	p := u
+	if strings.Contains(u, "://") {
+		scheme, rest, _ := strings.Cut(u, "://")
+		if scheme != "sqlite" {
+			return "", muster.Errorf(muster.EInvalid, "bad store URL %q: want sqlite:///path/to/muster.db or a file path", u)
+		}
+		unescaped, err := url.PathUnescape(rest)
+		if err != nil {
+			return "", muster.Errorf(muster.EInvalid, "bad store URL %q: %v", u, err)
+		}
+		p = unescaped
+	}
+	if p == "" || strings.ContainsAny(p, "?#") || p == ":memory:" || strings.HasPrefix(p, "file:") {
+		return "", muster.Errorf(muster.EInvalid, "bad store path %q: want a file path without ? or #", u)
+	}
+	return p, nil
+}
+
+// Close stops every watcher (their Err says the store closed) and closes
+// the database. It is safe to call more than once.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.done)
+		s.mu.Unlock()
+		s.wg.Wait()
+		err = errors.Join(s.rdb.Close(), s.wdb.Close())
+	})
+	return err
+}
+
+func (s *Store) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	return nil
+}
+
+var errClosed = muster.Errorf(muster.EUnavailable, "store is closed")
+
+// migrate applies the migrations that are not applied yet, in one
+// transaction.
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(s.d.migrations, "*.sql")
+	if err != nil {
+		return err
+	}
+	type migration struct {
+		version int
+		name    string
+	}
+	var ms []migration
+	for _, n := range names {
+		num, _, ok := strings.Cut(path.Base(n), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return fmt.Errorf("bad migration file name %q: want NNNN_name.sql", n)
+		}
+		ms = append(ms, migration{v, n})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin migrations: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if n := len(ms); n > 0 && current > ms[n-1].version {
+		return muster.Errorf(muster.EInvalid, "database schema version %d is newer than this muster knows (%d)", current, ms[n-1].version)
+	}
+	for _, m := range ms {
+		if m.version <= current {
+			continue
+		}
+		body, err := fs.ReadFile(s.d.migrations, m.name)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			return fmt.Errorf("apply migration %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO schema_migrations (version, applied) VALUES (?, ?)`), m.version, s.clock.Now().UnixNano()); err != nil {
+			return fmt.Errorf("record migration %s: %w", m.name, err)
+		}
+		s.log.Info("schema migrated", "version", m.version, "name", m.name)
+	}
+	return tx.Commit()
+}
+
+// change is one change log entry of a write transaction.
+type change struct {
+	model string
+	kind  muster.ChangeKind
+	key   string
+}
+
+// wtx is a write transaction that collects its changes.
+type wtx struct {
+	tx      *sql.Tx
+	s       *Store
+	changes []change
+	seen    map[change]bool
+}
+
+func (t *wtx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, t.s.d.rebind(q), args...)
+}
+
+func (t *wtx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, t.s.d.rebind(q), args...)
+}
+
+func (t *wtx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, t.s.d.rebind(q), args...)
+}
+
+func (t *wtx) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
+	return t.tx.PrepareContext(ctx, t.s.d.rebind(q))
+}
+
+// change records a change to be written with the transaction.
+func (t *wtx) change(model string, kind muster.ChangeKind, key string) {
+	c := change{model, kind, key}
+	if t.seen[c] {
+		return
+	}
+	if t.seen == nil {
+		t.seen = map[change]bool{}
+	}
+	t.seen[c] = true
+	t.changes = append(t.changes, c)
+}
+
+// write runs fn in a write transaction, writes the changes it recorded
+// under a new revision and commits. Watchers are woken after the commit.
+func (s *Store) write(ctx context.Context, fn func(t *wtx) error) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	t := &wtx{tx: tx, s: s}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if len(t.changes) > 0 {
+		var rev int64
+		if err := t.queryRow(ctx, `UPDATE revision_counter SET revision = revision + 1 WHERE one = 1 RETURNING revision`).Scan(&rev); err != nil {
+			return fmt.Errorf("next revision: %w", err)
+		}
+		stmt, err := t.prepare(ctx, `INSERT INTO changes (revision, model_uuid, kind, key) VALUES (?, ?, ?, ?)`)
+		if err != nil {
+			return fmt.Errorf("record changes: %w", err)
+		}
+		defer stmt.Close()
+		for _, c := range t.changes {
+			if _, err := stmt.ExecContext(ctx, rev, c.model, string(c.kind), c.key); err != nil {
+				return fmt.Errorf("record change: %w", err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if len(t.changes) > 0 {
+		s.mu.Lock()
+		close(s.notify)
+		s.notify = make(chan struct{})
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Store) notifier() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notify
+}
+
+// Revision returns the newest revision of the change log.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	var rev int64
+	if err := s.rdb.QueryRowContext(ctx, `SELECT revision FROM revision_counter WHERE one = 1`).Scan(&rev); err != nil {
+		return 0, fmt.Errorf("read revision: %w", err)
+	}
+	return rev, nil
+}
+
+// querier is what reads need from *sql.DB, *sql.Tx.
+type querier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+// checkModel returns ENotFound unless the model exists.
+func (s *Store) checkModel(ctx context.Context, q querier, modelUUID string) error {
+	var one int
+	err := q.QueryRowContext(ctx, s.d.rebind(`SELECT 1 FROM models WHERE uuid = ?`), modelUUID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return muster.Errorf(muster.ENotFound, "model %q not found", modelUUID)
+	}
+	if err != nil {
+		return fmt.Errorf("read model %s: %w", modelUUID, err)
+	}
+	return nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func formatID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// parseID parses a machine id in its canonical form ("0", "17").
+func parseID(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || formatID(n) != s {
+		return 0, false
+	}
+	return n, true
+}
+
+// parseIDs keeps the ids that can name a machine, without repeats.
+func parseIDs(ids []string) []int64 {
+	out := make([]int64, 0, len(ids))
+	seen := make(map[int64]bool, len(ids))
+	for _, s := range ids {
+		if n, ok := parseID(s); ok && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
