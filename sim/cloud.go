@@ -1,0 +1,1226 @@
+// Package sim is muster's simulated cloud (SPEC §3.1): a cloud model with
+// zones, capacity, instance types, images, subnets, spaces, volumes, latency,
+// rate limits, fault injection and listing lag; a muster.Provider on it,
+// in-process or over HTTP; and the HTTP server behind `muster sim serve`.
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+// Config configures a Cloud. The zero value is a usable cloud with zones
+// a, b and c, no faults and no state file.
+type Config struct {
+	// Clock drives latency, rate limits, listing lag and created times.
+	// Default muster.SystemClock.
+	Clock muster.Clock
+	// Zones are the zones of a new cloud, in order (the i-th zone's subnets
+	// are 10.<i+1>.x.x). Default a, b, c, available, Unlimited capacity.
+	// With a state file, the file's zones win; zones named here that the
+	// file lacks are added.
+	Zones []ZoneConfig
+	// Spaces are the network spaces; default DefaultSpaces. At most 16.
+	Spaces []SpaceConfig
+	// Faults are the initial faults of a new cloud; a state file's win.
+	Faults Faults
+	// StateFile, when set, is where the cloud keeps its state (JSON, written
+	// atomically after every change and loaded by Open).
+	StateFile string
+	// MaxBatch is the largest number of instances one StartInstances call
+	// may start. Default DefaultMaxBatch.
+	MaxBatch int
+	// Seed seeds the random jitter, error injection and ids; 0 picks one
+	// at random.
+	Seed uint64
+	// OnStart, when set, is called (outside any lock) after each instance
+	// is started with the parameters it was started with, and at Open for
+	// each instance loaded from the state file, so simulated agents can
+	// run. Instances added by AddInstance have no parameters and are not
+	// reported.
+	OnStart func(inst Instance, p muster.StartParams)
+	// OnStop, when set, is called after an instance is stopped.
+	OnStop func(id string)
+	// Logger receives warnings (e.g. a state file that cannot be written).
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Cloud is a simulated cloud. It is safe for concurrent use.
+type Cloud struct {
+	clock    muster.Clock
+	file     string
+	maxBatch int
+	onStart  func(Instance, muster.StartParams)
+	onStop   func(string)
+	logger   *slog.Logger
+	spaces   []SpaceConfig
+
+	mu        sync.Mutex
+	rnd       *rand.Rand
+	zones     []*zone
+	faults    Faults
+	subnets   []*subnet
+	instances map[string]*Instance
+	params    map[string]*muster.StartParams // start params by instance id
+	tokens    map[string]string              // controller/model/token → instance id
+	addrUsed  map[string]bool
+	buckets   map[string]*bucket
+	instBkt   bucket
+	stats     Stats
+	gen       uint64 // bumped by every change to persisted state
+
+	saveMu   sync.Mutex
+	savedGen uint64
+	closed   bool
+}
+
+type zone struct {
+	ZoneConfig
+	used      int
+	instances int
+}
+
+type subnet struct {
+	muster.Subnet
+	prefix [3]byte // 10.n.(16*j)
+	next   int
+}
+
+// Hosts of a /20 subnet that instances get: .4 up to the last but one.
+const (
+	firstHost = 4
+	lastHost  = 4094
+)
+
+// Open returns a cloud configured by cfg, loading cfg.StateFile when it
+// exists.
+func Open(cfg Config) (*Cloud, error) {
+	c := &Cloud{
+		clock:     cfg.Clock,
+		file:      cfg.StateFile,
+		maxBatch:  cfg.MaxBatch,
+		onStart:   cfg.OnStart,
+		onStop:    cfg.OnStop,
+		logger:    cfg.Logger,
+		spaces:    cfg.Spaces,
+		instances: map[string]*Instance{},
+		params:    map[string]*muster.StartParams{},
+		tokens:    map[string]string{},
+		addrUsed:  map[string]bool{},
+		buckets:   map[string]*bucket{},
+		stats:     newStats(),
+	}
+	if c.clock == nil {
+		c.clock = muster.SystemClock
+	}
+	if c.maxBatch <= 0 {
+		c.maxBatch = DefaultMaxBatch
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.spaces == nil {
+		c.spaces = DefaultSpaces
+	}
+	if len(c.spaces) > 16 {
+		return nil, muster.Errorf(muster.EInvalid, "sim: %d spaces configured, at most 16", len(c.spaces))
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	c.rnd = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	if err := checkFaults(cfg.Faults); err != nil {
+		return nil, err
+	}
+	c.faults = cloneFaults(cfg.Faults)
+
+	zones := cfg.Zones
+	if zones == nil {
+		zones = []ZoneConfig{
+			{Name: "a", Available: true, Capacity: Unlimited},
+			{Name: "b", Available: true, Capacity: Unlimited},
+			{Name: "c", Available: true, Capacity: Unlimited},
+		}
+	}
+	var loaded *state
+	if c.file != "" {
+		st, err := readState(c.file)
+		if err != nil {
+			return nil, err
+		}
+		loaded = st
+	}
+	if loaded != nil {
+		if err := checkFaults(loaded.Faults); err != nil {
+			return nil, fmt.Errorf("sim: state file %s: %w", c.file, err)
+		}
+		c.faults = cloneFaults(loaded.Faults)
+		for _, z := range loaded.Zones {
+			if err := c.addZone(z); err != nil {
+				return nil, fmt.Errorf("sim: state file %s: %w", c.file, err)
+			}
+		}
+	}
+	for _, z := range zones {
+		if c.zone(z.Name) != nil && loaded != nil {
+			continue
+		}
+		if err := c.addZone(z); err != nil {
+			return nil, err
+		}
+	}
+	var restored []*Instance
+	if loaded != nil {
+		for _, pi := range loaded.Instances {
+			inst := pi.Instance
+			z := c.zone(inst.Zone)
+			if z == nil || inst.ID == "" || c.instances[inst.ID] != nil {
+				return nil, muster.Errorf(muster.EInvalid, "sim: state file %s: bad instance %q in zone %q", c.file, inst.ID, inst.Zone)
+			}
+			c.instances[inst.ID] = &inst
+			if pi.Params != nil {
+				c.params[inst.ID] = pi.Params
+			}
+			if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
+				c.tokens[tokenKey(inst.Controller(), inst.Model(), tok)] = inst.ID
+			}
+			for _, a := range inst.Addresses {
+				c.addrUsed[a] = true
+			}
+			z.used += inst.Cores
+			z.instances++
+			restored = append(restored, &inst)
+		}
+		if loaded.Stats != nil {
+			c.stats = *loaded.Stats
+			fillStats(&c.stats)
+		}
+	}
+	c.gen = 1
+	if err := c.save(); err != nil {
+		return nil, err
+	}
+	if c.onStart != nil {
+		sort.Slice(restored, func(i, j int) bool { return restored[i].ID < restored[j].ID })
+		for _, inst := range restored {
+			if p := c.params[inst.ID]; p != nil {
+				c.onStart(cloneInstance(inst), *p)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Close writes the state file a last time. The cloud stays usable in
+// memory, but no longer saves.
+func (c *Cloud) Close() error {
+	err := c.save()
+	c.saveMu.Lock()
+	c.closed = true
+	c.saveMu.Unlock()
+	return err
+}
+
+// MaxBatch is the largest number of instances one start call may start.
+func (c *Cloud) MaxBatch() int { return c.maxBatch }
+
+// Clock returns the cloud's clock.
+func (c *Cloud) Clock() muster.Clock { return c.clock }
+
+func (c *Cloud) zone(name string) *zone {
+	for _, z := range c.zones {
+		if z.Name == name {
+			return z
+		}
+	}
+	return nil
+}
+
+// addZone adds a zone and its subnets; c.mu is held or c is not shared.
+func (c *Cloud) addZone(zc ZoneConfig) error {
+	if err := muster.CheckName(zc.Name); err != nil {
+		return fmt.Errorf("sim: zone name: %w", err)
+	}
+	if c.zone(zc.Name) != nil {
+		return muster.Errorf(muster.EInvalid, "sim: zone %q listed twice", zc.Name)
+	}
+	if zc.Capacity < Unlimited {
+		return muster.Errorf(muster.EInvalid, "sim: zone %q: capacity %d (want -1 for unlimited, or 0 or more cores)", zc.Name, zc.Capacity)
+	}
+	if len(c.zones) >= 250 {
+		return muster.Errorf(muster.EInvalid, "sim: too many zones (at most 250)")
+	}
+	c.zones = append(c.zones, &zone{ZoneConfig: zc})
+	n := len(c.zones)
+	any := false
+	for j, sp := range c.spaces {
+		if len(sp.Zones) > 0 && !contains(sp.Zones, zc.Name) {
+			continue
+		}
+		any = true
+		c.subnets = append(c.subnets, &subnet{
+			Subnet: muster.Subnet{
+				ID:    "subnet-" + zc.Name + "-" + sp.Name,
+				CIDR:  fmt.Sprintf("10.%d.%d.0/20", n, 16*j),
+				Zone:  zc.Name,
+				Space: sp.Name,
+			},
+			prefix: [3]byte{10, byte(n), byte(16 * j)},
+			next:   firstHost,
+		})
+	}
+	if !any {
+		c.subnets = append(c.subnets, &subnet{
+			Subnet: muster.Subnet{ID: "subnet-" + zc.Name, CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
+			prefix: [3]byte{10, byte(n), 0},
+			next:   firstHost,
+		})
+	}
+	return nil
+}
+
+// alloc returns a free address of s, or "" when s is full; c.mu is held.
+func (c *Cloud) alloc(s *subnet) string {
+	for i := 0; i <= lastHost-firstHost; i++ {
+		h := s.next
+		s.next++
+		if s.next > lastHost {
+			s.next = firstHost
+		}
+		addr := fmt.Sprintf("%d.%d.%d.%d", s.prefix[0], s.prefix[1], int(s.prefix[2])+h/256, h%256)
+		if !c.addrUsed[addr] {
+			c.addrUsed[addr] = true
+			return addr
+		}
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func tokenKey(controller, model, token string) string {
+	return controller + "\x00" + model + "\x00" + token
+}
+
+// bucket is a token bucket; c.mu guards it.
+type bucket struct {
+	cfg    Bucket
+	tokens float64
+	last   time.Time
+}
+
+// take takes n tokens if the bucket holds them.
+func (b *bucket) take(cfg Bucket, now time.Time, n int) bool {
+	if cfg.Burst <= 0 {
+		return true
+	}
+	if b.cfg != cfg || b.last.IsZero() {
+		b.cfg, b.tokens, b.last = cfg, float64(cfg.Burst), now
+	}
+	if el := now.Sub(b.last); el > 0 {
+		b.tokens += el.Seconds() * cfg.PerSecond
+		if b.tokens > float64(cfg.Burst) {
+			b.tokens = float64(cfg.Burst)
+		}
+	}
+	b.last = now
+	if b.tokens+1e-9 < float64(n) {
+		return false
+	}
+	b.tokens -= float64(n)
+	return true
+}
+
+// enter counts a call of kind and applies its rate limit: instances is the
+// number of instances a start call wants (0 for other calls). c.mu is not
+// held.
+func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.stats.Calls[kind]++
+	now := c.clock.Now()
+	b := c.buckets[kind]
+	if b == nil {
+		b = &bucket{}
+		c.buckets[kind] = b
+	}
+	ok := b.take(c.faults.RateLimits[kind], now, 1)
+	if ok && instances > 0 {
+		ok = c.instBkt.take(c.faults.InstanceRate, now, instances)
+	}
+	if !ok {
+		c.stats.Throttled[kind]++
+		c.stats.Errors[kind]++
+		c.mu.Unlock()
+		return muster.NewProviderError(muster.ErrThrottled, "", "sim: request limit exceeded (%s)", kind)
+	}
+	lat := c.faults.Latency[kind]
+	d := lat.Fixed
+	if lat.Jitter > 0 {
+		d += time.Duration(c.rnd.Int64N(int64(lat.Jitter) + 1))
+	}
+	c.mu.Unlock()
+	if d > 0 {
+		t := c.clock.NewTimer(d)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rate := c.faults.ErrorRate[kind]; rate > 0 && c.rnd.Float64() < rate {
+		c.stats.Errors[kind]++
+		return muster.NewProviderError(muster.ErrUnavailable, "", "sim: injected %s failure", kind)
+	}
+	return nil
+}
+
+// start starts ps for a controller and model: the call-level error is for
+// the whole call (throttled, cancelled, injected failure).
+func (c *Cloud) start(ctx context.Context, controller, model string, ps []muster.StartParams) ([]muster.StartOutcome, error) {
+	if len(ps) > c.maxBatch {
+		return nil, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: %d instances in one start call, at most %d", len(ps), c.maxBatch)
+	}
+	if err := c.enter(ctx, CallStart, len(ps)); err != nil {
+		return nil, err
+	}
+	out := make([]muster.StartOutcome, len(ps))
+	type started struct {
+		inst Instance
+		p    muster.StartParams
+	}
+	var news []started
+	c.mu.Lock()
+	for i, p := range ps {
+		inst, isNew, err := c.startOne(controller, model, p)
+		if err != nil {
+			c.stats.Errors[CallStart]++
+			out[i].Err = err
+			continue
+		}
+		out[i].Result = inst.Result()
+		if isNew {
+			news = append(news, started{cloneInstance(inst), p})
+		}
+	}
+	c.mu.Unlock()
+	if len(news) > 0 {
+		c.persist()
+		if c.onStart != nil {
+			for _, s := range news {
+				c.onStart(s.inst, s.p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// startOne starts one instance; c.mu is held.
+func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Instance, bool, error) {
+	if p.LaunchToken != "" {
+		if id, ok := c.tokens[tokenKey(controller, model, p.LaunchToken)]; ok {
+			if inst := c.instances[id]; inst != nil {
+				return inst, false, nil
+			}
+		}
+	}
+	base := p.Base
+	if base == "" {
+		base = "ubuntu@24.04"
+	}
+	arch := p.Constraints.Arch
+	if arch == "" {
+		arch = p.Arch
+	}
+	if arch == "" {
+		arch = "amd64"
+	}
+	if !contains(Bases, base) {
+		return nil, false, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: no image for base %q", base)
+	}
+	it, err := MatchType(p.Constraints, arch)
+	if err != nil {
+		return nil, false, err
+	}
+	z, err := c.chooseZone(p, it.Cores)
+	if err != nil {
+		return nil, false, err
+	}
+	if n := c.faults.FailNext[z.Name]; n > 0 {
+		if n == 1 {
+			delete(c.faults.FailNext, z.Name)
+		} else {
+			c.faults.FailNext[z.Name] = n - 1
+		}
+		c.gen++
+		return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
+	}
+	if rate := c.faults.ZoneErrorRate[z.Name]; rate > 0 && c.rnd.Float64() < rate {
+		return nil, false, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: injected start failure in zone %q", z.Name)
+	}
+	if z.Capacity != Unlimited && z.used+it.Cores > z.Capacity {
+		return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
+	}
+	// Addresses: one per requested space, else one in the zone's first subnet.
+	var nets []*subnet
+	if len(p.SubnetsToZones) > 0 {
+		for i, m := range p.SubnetsToZones {
+			s := c.subnetFor(m, z.Name)
+			if s == nil {
+				return nil, false, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: no subnet of requested space %d in zone %q", i+1, z.Name)
+			}
+			nets = append(nets, s)
+		}
+	} else {
+		for _, s := range c.subnets {
+			if s.Zone == z.Name {
+				nets = append(nets, s)
+				break
+			}
+		}
+	}
+	var addrs []string
+	for _, s := range nets {
+		a := c.alloc(s)
+		if a == "" {
+			for _, x := range addrs {
+				delete(c.addrUsed, x)
+			}
+			return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: no free address in subnet %s", s.ID)
+		}
+		addrs = append(addrs, a)
+	}
+	id := c.newID("i-")
+	inst := &Instance{
+		ID:           id,
+		Zone:         z.Name,
+		InstanceType: it.Name,
+		Arch:         it.Arch,
+		Cores:        it.Cores,
+		Mem:          it.Mem,
+		RootDisk:     max(p.Constraints.RootDisk, DefaultRootDisk),
+		Base:         base,
+		Tags:         copyTags(p.Tags),
+		Addresses:    addrs,
+		Created:      c.clock.Now(),
+		State:        "running",
+	}
+	if inst.Tags == nil {
+		inst.Tags = map[string]string{}
+	}
+	inst.Tags[muster.TagController] = controller
+	inst.Tags[muster.TagModel] = model
+	if p.MachineID != "" {
+		inst.Tags[muster.TagMachine] = p.MachineID
+	}
+	if p.LaunchToken != "" {
+		inst.Tags[muster.TagLaunchToken] = p.LaunchToken
+		c.tokens[tokenKey(controller, model, p.LaunchToken)] = id
+	}
+	for _, v := range p.Volumes {
+		v.VolumeID = c.newID("vol-")
+		if v.Size == 0 {
+			v.Size = 1 << 10
+		}
+		inst.Volumes = append(inst.Volumes, v)
+	}
+	for i, a := range p.Attachments {
+		a.InstanceID = id
+		a.DeviceName = fmt.Sprintf("/dev/sd%c", 'b'+rune(i%25))
+		inst.Attachments = append(inst.Attachments, a)
+	}
+	pc := p
+	pc.ControllerUUID, pc.ModelUUID = controller, model
+	c.instances[id] = inst
+	c.params[id] = &pc
+	z.used += it.Cores
+	z.instances++
+	c.stats.InstancesStarted++
+	c.gen++
+	return inst, true, nil
+}
+
+// subnetFor returns the subnet of m (subnet id → zones) in zone.
+func (c *Cloud) subnetFor(m map[string][]string, zone string) *subnet {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		for _, s := range c.subnets {
+			if s.ID == id && s.Zone == zone {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// chooseZone returns the zone a start goes to; c.mu is held.
+func (c *Cloud) chooseZone(p muster.StartParams, cores int) (*zone, error) {
+	if p.Zone != "" {
+		z := c.zone(p.Zone)
+		if z == nil {
+			return nil, muster.NewProviderError(muster.ErrUnavailable, p.Zone, "sim: zone %q does not exist", p.Zone)
+		}
+		if !z.Available {
+			return nil, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: zone %q is unavailable", z.Name)
+		}
+		return z, nil
+	}
+	var best *zone
+	for _, z := range c.zones {
+		if !z.Available || !p.Constraints.AllowsZone(z.Name) {
+			continue
+		}
+		if z.Capacity != Unlimited && z.used+cores > z.Capacity {
+			continue
+		}
+		if best == nil || z.instances < best.instances {
+			best = z
+		}
+	}
+	if best == nil {
+		return nil, muster.NewProviderError(muster.ErrCapacity, "", "sim: no available zone has capacity for %d cores", cores)
+	}
+	return best, nil
+}
+
+func (c *Cloud) newID(prefix string) string {
+	for {
+		id := fmt.Sprintf("%s%017x", prefix, c.rnd.Uint64())
+		if c.instances[id] == nil {
+			return id
+		}
+	}
+}
+
+// MatchType returns the smallest instance type of arch that fits c, or a
+// zone-independent error when none does.
+func MatchType(c muster.Constraints, arch string) (InstanceType, error) {
+	if c.Arch != "" && c.Arch != arch {
+		arch = c.Arch
+	}
+	for _, it := range InstanceTypes {
+		if it.Arch != arch {
+			continue
+		}
+		if c.InstanceType != "" && c.InstanceType != it.Name {
+			continue
+		}
+		if uint64(it.Cores) < c.Cores || it.Mem < c.Mem {
+			continue
+		}
+		return it, nil
+	}
+	if c.InstanceType != "" {
+		return InstanceType{}, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: no instance type %q for arch %s matching %q", c.InstanceType, arch, c.String())
+	}
+	return InstanceType{}, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: no instance type for arch %s matching %q", arch, c.String())
+}
+
+// stop stops the instances among ids that belong to controller and model.
+func (c *Cloud) stop(ctx context.Context, controller, model string, ids []string) error {
+	if err := c.enter(ctx, CallStop, 0); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	var stopped []string
+	for _, id := range ids {
+		inst := c.instances[id]
+		if inst == nil || inst.Controller() != controller || inst.Model() != model {
+			continue
+		}
+		c.removeLocked(inst)
+		stopped = append(stopped, id)
+	}
+	c.mu.Unlock()
+	c.afterStop(stopped)
+	return nil
+}
+
+func (c *Cloud) afterStop(stopped []string) {
+	if len(stopped) == 0 {
+		return
+	}
+	c.persist()
+	if c.onStop != nil {
+		for _, id := range stopped {
+			c.onStop(id)
+		}
+	}
+}
+
+// removeLocked removes inst; c.mu is held.
+func (c *Cloud) removeLocked(inst *Instance) {
+	delete(c.instances, inst.ID)
+	delete(c.params, inst.ID)
+	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
+		k := tokenKey(inst.Controller(), inst.Model(), tok)
+		if c.tokens[k] == inst.ID {
+			delete(c.tokens, k)
+		}
+	}
+	for _, a := range inst.Addresses {
+		delete(c.addrUsed, a)
+	}
+	if z := c.zone(inst.Zone); z != nil {
+		z.used -= inst.Cores
+		z.instances--
+	}
+	c.stats.InstancesStopped++
+	c.gen++
+}
+
+// list returns the listed instances of controller and model.
+func (c *Cloud) list(ctx context.Context, controller, model string) ([]muster.Instance, error) {
+	if err := c.enter(ctx, CallList, 0); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	lag := c.faults.ListingLag
+	out := []muster.Instance{}
+	for _, inst := range c.sortedLocked() {
+		if inst.Controller() != controller || inst.Model() != model {
+			continue
+		}
+		if lag > 0 && now.Sub(inst.Created) < lag {
+			continue
+		}
+		out = append(out, inst.Provider())
+	}
+	return out, nil
+}
+
+func (c *Cloud) sortedLocked() []*Instance {
+	out := make([]*Instance, 0, len(c.instances))
+	for _, inst := range c.instances {
+		out = append(out, inst)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+func (c *Cloud) listZones(ctx context.Context) ([]muster.Zone, error) {
+	if err := c.enter(ctx, CallZones, 0); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]muster.Zone, 0, len(c.zones))
+	for _, z := range c.zones {
+		out = append(out, muster.Zone{Name: z.Name, Available: z.Available})
+	}
+	return out, nil
+}
+
+func (c *Cloud) listSubnets(ctx context.Context) ([]muster.Subnet, error) {
+	if err := c.enter(ctx, CallSubnets, 0); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]muster.Subnet, 0, len(c.subnets))
+	for _, s := range c.subnets {
+		out = append(out, s.Subnet)
+	}
+	return out, nil
+}
+
+// deriveZones returns the zones p's placement and subnets allow (nil = any).
+// Volumes are created with the instance, so they never restrict zones.
+func (c *Cloud) deriveZones(ctx context.Context, p muster.StartParams) ([]string, error) {
+	if err := c.enter(ctx, CallDeriveZones, 0); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var allowed []string // nil = any
+	if p.Placement != "" {
+		key, val, ok := strings.Cut(p.Placement, "=")
+		if !ok || key != "zone" || val == "" {
+			return nil, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: unsupported placement %q (want zone=NAME)", p.Placement)
+		}
+		z := c.zone(val)
+		if z == nil {
+			return nil, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: placement zone %q does not exist", val)
+		}
+		allowed = []string{val}
+	}
+	for _, m := range p.SubnetsToZones {
+		var zs []string
+		for id, zones := range m {
+			for _, s := range c.subnets {
+				if s.ID == id && contains(zones, s.Zone) && !contains(zs, s.Zone) {
+					zs = append(zs, s.Zone)
+				}
+			}
+		}
+		if allowed == nil {
+			allowed = zs
+		} else {
+			var both []string
+			for _, z := range allowed {
+				if contains(zs, z) {
+					both = append(both, z)
+				}
+			}
+			allowed = both
+		}
+		if len(allowed) == 0 {
+			return nil, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: no zone satisfies the placement and requested spaces")
+		}
+	}
+	// Keep zone order.
+	if allowed == nil {
+		return nil, nil
+	}
+	out := []string{}
+	for _, z := range c.zones {
+		if contains(allowed, z.Name) {
+			out = append(out, z.Name)
+		}
+	}
+	return out, nil
+}
+
+// Zones returns the zones with their capacity and use (admin; not counted).
+func (c *Cloud) Zones() []ZoneState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]ZoneState, 0, len(c.zones))
+	for i, z := range c.zones {
+		out = append(out, ZoneState{
+			Name: z.Name, Available: z.Available, Capacity: z.Capacity,
+			Used: z.used, Instances: z.instances, Index: i,
+			FailNext: c.faults.FailNext[z.Name], ErrorRate: c.faults.ZoneErrorRate[z.Name],
+		})
+	}
+	return out
+}
+
+// SetZone changes a zone's availability or capacity, adding the zone when
+// it does not exist (available and Unlimited unless u says otherwise).
+// Lowering capacity below what is in use stops nothing; new starts fail.
+func (c *Cloud) SetZone(name string, u ZoneUpdate) (ZoneState, error) {
+	if u.Capacity != nil && *u.Capacity < Unlimited {
+		return ZoneState{}, muster.Errorf(muster.EInvalid, "sim: capacity %d (want -1 for unlimited, or 0 or more cores)", *u.Capacity)
+	}
+	c.mu.Lock()
+	z := c.zone(name)
+	if z == nil {
+		if err := c.addZone(ZoneConfig{Name: name, Available: true, Capacity: Unlimited}); err != nil {
+			c.mu.Unlock()
+			return ZoneState{}, err
+		}
+		z = c.zone(name)
+	}
+	if u.Available != nil {
+		z.Available = *u.Available
+	}
+	if u.Capacity != nil {
+		z.Capacity = *u.Capacity
+	}
+	c.gen++
+	c.mu.Unlock()
+	c.persist()
+	for _, zs := range c.Zones() {
+		if zs.Name == name {
+			return zs, nil
+		}
+	}
+	return ZoneState{}, muster.Errorf(muster.EInternal, "sim: zone %q vanished", name)
+}
+
+// Faults returns the current faults.
+func (c *Cloud) Faults() Faults {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cloneFaults(c.faults)
+}
+
+// SetFaults replaces the faults. Token buckets start full again when their
+// configuration changes.
+func (c *Cloud) SetFaults(f Faults) error {
+	if err := checkFaults(f); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.faults = cloneFaults(f)
+	c.gen++
+	c.mu.Unlock()
+	c.persist()
+	return nil
+}
+
+// FailNext makes the next n starts in zone fail with ErrCapacity.
+func (c *Cloud) FailNext(zone string, n int) error {
+	if n < 0 {
+		return muster.Errorf(muster.EInvalid, "sim: fail-next count %d is negative", n)
+	}
+	c.mu.Lock()
+	if c.zone(zone) == nil {
+		c.mu.Unlock()
+		return muster.Errorf(muster.ENotFound, "sim: zone %q not found", zone)
+	}
+	if c.faults.FailNext == nil {
+		c.faults.FailNext = map[string]int{}
+	}
+	if n == 0 {
+		delete(c.faults.FailNext, zone)
+	} else {
+		c.faults.FailNext[zone] = n
+	}
+	c.gen++
+	c.mu.Unlock()
+	c.persist()
+	return nil
+}
+
+func checkFaults(f Faults) error {
+	for k, r := range f.ErrorRate {
+		if !contains(CallKinds, k) {
+			return muster.Errorf(muster.EInvalid, "sim: unknown call kind %q (want one of %s)", k, strings.Join(CallKinds, ", "))
+		}
+		if !(r >= 0 && r <= 1) {
+			return muster.Errorf(muster.EInvalid, "sim: error rate %v for %s (want 0 to 1)", r, k)
+		}
+	}
+	for z, r := range f.ZoneErrorRate {
+		if !(r >= 0 && r <= 1) {
+			return muster.Errorf(muster.EInvalid, "sim: error rate %v for zone %s (want 0 to 1)", r, z)
+		}
+	}
+	for k, l := range f.Latency {
+		if !contains(CallKinds, k) {
+			return muster.Errorf(muster.EInvalid, "sim: unknown call kind %q (want one of %s)", k, strings.Join(CallKinds, ", "))
+		}
+		if l.Fixed < 0 || l.Jitter < 0 {
+			return muster.Errorf(muster.EInvalid, "sim: negative latency for %s", k)
+		}
+	}
+	check := func(what string, b Bucket) error {
+		if b.Burst < 0 || !(b.PerSecond >= 0) {
+			return muster.Errorf(muster.EInvalid, "sim: bad %s bucket (burst %d, per second %v): want non-negative numbers", what, b.Burst, b.PerSecond)
+		}
+		return nil
+	}
+	for k, b := range f.RateLimits {
+		if !contains(CallKinds, k) {
+			return muster.Errorf(muster.EInvalid, "sim: unknown call kind %q (want one of %s)", k, strings.Join(CallKinds, ", "))
+		}
+		if err := check(k, b); err != nil {
+			return err
+		}
+	}
+	if err := check("instance", f.InstanceRate); err != nil {
+		return err
+	}
+	for z, n := range f.FailNext {
+		if n < 0 {
+			return muster.Errorf(muster.EInvalid, "sim: fail-next count %d for zone %s is negative", n, z)
+		}
+	}
+	if f.ListingLag < 0 {
+		return muster.Errorf(muster.EInvalid, "sim: negative listing lag")
+	}
+	return nil
+}
+
+func cloneFaults(f Faults) Faults {
+	out := f
+	out.Latency = cloneMap(f.Latency)
+	out.RateLimits = cloneMap(f.RateLimits)
+	out.ErrorRate = cloneMap(f.ErrorRate)
+	out.ZoneErrorRate = cloneMap(f.ZoneErrorRate)
+	out.FailNext = cloneMap(f.FailNext)
+	return out
+}
+
+func cloneMap[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func cloneInstance(i *Instance) Instance {
+	out := *i
+	out.Tags = copyTags(i.Tags)
+	out.Addresses = append([]string(nil), i.Addresses...)
+	out.Volumes = append([]muster.Volume(nil), i.Volumes...)
+	out.Attachments = append([]muster.VolumeAttachment(nil), i.Attachments...)
+	return out
+}
+
+// AllInstances returns every instance of every controller and model,
+// ignoring listing lag, oldest first (admin; not counted).
+func (c *Cloud) AllInstances() []Instance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []Instance{}
+	for _, inst := range c.sortedLocked() {
+		out = append(out, cloneInstance(inst))
+	}
+	return out
+}
+
+// AddInstance adds a running s1.small instance in zone, tagged with
+// controller and model but with no machine: an instance no machine owns
+// (harvest tests) or, with other ids, another controller's or model's.
+func (c *Cloud) AddInstance(zone, controller, model string) (Instance, error) {
+	return c.CreateInstance(NewInstance{Zone: zone, Controller: controller, Model: model})
+}
+
+// CreateInstance adds an instance as n describes, bypassing rate limits,
+// faults and capacity (its cores still count as used). Empty controller
+// or model tags are left off (an untagged instance).
+func (c *Cloud) CreateInstance(n NewInstance) (Instance, error) {
+	typ := n.InstanceType
+	if typ == "" {
+		typ = "s1.small"
+	}
+	it, err := MatchType(muster.Constraints{InstanceType: typ}, "amd64")
+	if err != nil {
+		return Instance{}, muster.Errorf(muster.EInvalid, "sim: unknown instance type %q", typ)
+	}
+	c.mu.Lock()
+	z := c.zone(n.Zone)
+	if z == nil {
+		c.mu.Unlock()
+		return Instance{}, muster.Errorf(muster.ENotFound, "sim: zone %q not found", n.Zone)
+	}
+	tags := copyTags(n.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	set := func(k, v string) {
+		if v != "" {
+			tags[k] = v
+		}
+	}
+	set(muster.TagController, n.Controller)
+	set(muster.TagModel, n.Model)
+	set(muster.TagMachine, n.MachineID)
+	set(muster.TagLaunchToken, n.LaunchToken)
+	var addrs []string
+	for _, s := range c.subnets {
+		if s.Zone == z.Name {
+			if a := c.alloc(s); a != "" {
+				addrs = append(addrs, a)
+			}
+			break
+		}
+	}
+	inst := &Instance{
+		ID: c.newID("i-"), Zone: z.Name, InstanceType: it.Name, Arch: it.Arch, Cores: it.Cores,
+		Mem: it.Mem, RootDisk: DefaultRootDisk, Base: "ubuntu@24.04", Tags: tags, Addresses: addrs,
+		Created: c.clock.Now(), State: "running",
+	}
+	c.instances[inst.ID] = inst
+	if n.LaunchToken != "" && n.Controller != "" && n.Model != "" {
+		c.tokens[tokenKey(n.Controller, n.Model, n.LaunchToken)] = inst.ID
+	}
+	z.used += it.Cores
+	z.instances++
+	c.gen++
+	out := cloneInstance(inst)
+	c.mu.Unlock()
+	c.persist()
+	return out, nil
+}
+
+// RemoveInstances removes instances whoever they belong to, as if the
+// cloud had lost them (admin; not counted as calls). It returns how many
+// it removed; unknown ids are ignored.
+func (c *Cloud) RemoveInstances(ids ...string) int {
+	c.mu.Lock()
+	var stopped []string
+	for _, id := range ids {
+		if inst := c.instances[id]; inst != nil {
+			c.removeLocked(inst)
+			stopped = append(stopped, id)
+		}
+	}
+	c.mu.Unlock()
+	c.afterStop(stopped)
+	return len(stopped)
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Cloud) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{
+		Calls:            cloneMap(c.stats.Calls),
+		Throttled:        cloneMap(c.stats.Throttled),
+		Errors:           cloneMap(c.stats.Errors),
+		InstancesStarted: c.stats.InstancesStarted,
+		InstancesStopped: c.stats.InstancesStopped,
+		Instances:        len(c.instances),
+		InstancesByZone:  map[string]int{},
+	}
+	for _, z := range c.zones {
+		s.InstancesByZone[z.Name] = z.instances
+	}
+	return s
+}
+
+// ResetStats zeroes the call counters (not the instances).
+func (c *Cloud) ResetStats() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats = newStats()
+}
+
+func newStats() Stats {
+	s := Stats{}
+	fillStats(&s)
+	return s
+}
+
+func fillStats(s *Stats) {
+	if s.Calls == nil {
+		s.Calls = map[string]int64{}
+	}
+	if s.Throttled == nil {
+		s.Throttled = map[string]int64{}
+	}
+	if s.Errors == nil {
+		s.Errors = map[string]int64{}
+	}
+}
+
+// state is the state file's content.
+type state struct {
+	Version   int                 `json:"version"`
+	Zones     []ZoneConfig        `json:"zones"`
+	Faults    Faults              `json:"faults"`
+	Instances []persistedInstance `json:"instances"`
+	Stats     *Stats              `json:"stats,omitempty"`
+}
+
+type persistedInstance struct {
+	Instance
+	Params *muster.StartParams `json:"params,omitempty"`
+}
+
+func readState(path string) (*state, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sim: read state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, muster.Errorf(muster.EInvalid, "sim: state file %s is not valid: %v", path, err)
+	}
+	return &st, nil
+}
+
+// persist saves the state, logging rather than returning a failure: the
+// change it records has happened in the cloud either way.
+func (c *Cloud) persist() {
+	if err := c.save(); err != nil {
+		c.logger.Warn("sim state not saved", "file", c.file, "err", err)
+	}
+}
+
+// save writes the state file if it is behind. Callers that arrive while a
+// write is in progress wait for it and then find their change written by
+// the next, so concurrent changes share writes.
+func (c *Cloud) save() error {
+	if c.file == "" {
+		return nil
+	}
+	c.saveMu.Lock()
+	defer c.saveMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.mu.Lock()
+	gen := c.gen
+	if gen == c.savedGen {
+		c.mu.Unlock()
+		return nil
+	}
+	st := state{Version: 1, Faults: cloneFaults(c.faults)}
+	for _, z := range c.zones {
+		st.Zones = append(st.Zones, z.ZoneConfig)
+	}
+	for _, inst := range c.sortedLocked() {
+		st.Instances = append(st.Instances, persistedInstance{Instance: *inst, Params: c.params[inst.ID]})
+	}
+	stats := c.stats
+	st.Stats = &stats
+	b, err := json.Marshal(st)
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("sim: encode state: %w", err)
+	}
+	if err := writeFileAtomic(c.file, b); err != nil {
+		return err
+	}
+	c.savedGen = gen
+	return nil
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("sim: write state: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("sim: write state: %w", err)
+	}
+	return nil
+}
