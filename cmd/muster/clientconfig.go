@@ -1,0 +1,80 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+)
+
+// clientConfig is what the CLI needs to reach a controller: written by the
+// controller at first start to <data-dir>/client.yaml and, if none exists
+// yet, ~/.config/muster/client.yaml (mode 0600: it holds the admin token).
+type clientConfig struct {
+	// Controllers are the API URLs of every known controller; the CLI tries
+	// them in order.
+	Controllers []string `yaml:"controllers"`
+	CACert      string   `yaml:"ca-cert"`
+	Token       string   `yaml:"token"`
+	Model       string   `yaml:"model,omitempty"`
+}
+
+// defaultClientConfigPath is ~/.config/muster/client.yaml.
+func defaultClientConfigPath() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("find the user config directory: %w", err)
+	}
+	return filepath.Join(dir, "muster", "client.yaml"), nil
+}
+
+// clientConfigPath picks the config file: the --config flag, then
+// MUSTER_CONFIG, then the default.
+func clientConfigPath(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if env := os.Getenv("MUSTER_CONFIG"); env != "" {
+		return env, nil
+	}
+	return defaultClientConfigPath()
+}
+
+func loadClientConfig(path string) (*clientConfig, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no client config at %s: start a controller with `muster controller` or set MUSTER_CONFIG", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read client config: %w", err)
+	}
+	var c clientConfig
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("client config %s: %v", path, err)
+	}
+	if len(c.Controllers) == 0 || c.Token == "" || c.CACert == "" {
+		return nil, fmt.Errorf("client config %s: controllers, ca-cert and token are required", path)
+	}
+	return &c, nil
+}
+
+// save writes c atomically with mode 0600.
+func (c *clientConfig) save(path string) error {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write client config: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write client config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write client config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseFleet(t *testing.T) {
+	f, err := parseFleet([]byte(`
+groups:
+  - name: web
+    count: 3
+    constraints: cores=2 mem=4G
+    storage: [data=10G]
+  - name: db
+    count: 2
+    base: ubuntu@22.04
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Groups) != 2 || f.Groups[0].Count != 3 || f.Groups[1].Base != "ubuntu@22.04" {
+		t.Fatalf("got %+v", f.Groups)
+	}
+	tm, err := f.Groups[0].template()
+	if err != nil || tm.Constraints.Cores != 2 || tm.Storage[0].Size != 10240 || tm.Group != "web" || tm.Base != "ubuntu@24.04" {
+		t.Fatalf("template %+v, %v", tm, err)
+	}
+}
+
+func TestParseFleetErrors(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"empty", "", "empty"},
+		{"no groups", "groups: []", "no groups"},
+		{"unknown field", "groups:\n- name: a\n  cont: 1", "cont"},
+		{"bad name", "groups:\n- name: 'a b'\n  count: 1", `group "a b": bad name`},
+		{"no name", "groups:\n- count: 1", "group 1: bad name"},
+		{"twice", "groups:\n- name: a\n- name: a", `group "a": listed twice`},
+		{"negative", "groups:\n- name: a\n  count: -1", "count -1"},
+		{"bad constraint", "groups:\n- name: a\n  constraints: mem=lots", `"mem"`},
+		{"bad storage", "groups:\n- name: a\n  storage: [data]", `bad storage "data"`},
+		{"bad base", "groups:\n- name: a\n  base: ubuntu", `bad base "ubuntu"`},
+		{"not yaml", "{{{", "fleet file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseFleet([]byte(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestExampleFleetParses(t *testing.T) {
+	data, err := os.ReadFile("../../examples/fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseFleet(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, g := range f.Groups {
+		total += g.Count
+	}
+	if total < 8 || total > 20 {
+		t.Errorf("example fleet has %d machines, want about a dozen", total)
+	}
+}
+
+func FuzzParseFleet(f *testing.F) {
+	f.Add([]byte("groups:\n- name: web\n  count: 3\n  constraints: cores=2\n  storage: [data=1G]\n"))
+	f.Add([]byte("groups: [{name: a, count: 1}]"))
+	f.Add([]byte("{}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fl, err := parseFleet(data)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			return
+		}
+		for _, g := range fl.Groups {
+			if _, err := g.template(); err != nil {
+				t.Fatalf("accepted group %q has a bad template: %v", g.Name, err)
+			}
+		}
+	})
+}
