@@ -29,8 +29,7 @@ type Config struct {
 	Clock muster.Clock
 	// Zones are the zones of a new cloud, in order (the i-th zone's subnets
 	// are 10.<i+1>.x.x). Default a, b, c, available, Unlimited capacity.
-	// With a state file, the file's zones win; zones named here that the
-	// file lacks are added.
+	// When a state file is loaded, its zones are used instead.
 	Zones []ZoneConfig
 	// Spaces are the network spaces; default DefaultSpaces. At most 16.
 	Spaces []SpaceConfig
@@ -175,12 +174,11 @@ func Open(cfg Config) (*Cloud, error) {
 			}
 		}
 	}
-	for _, z := range zones {
-		if c.zone(z.Name) != nil && loaded != nil {
-			continue
-		}
-		if err := c.addZone(z); err != nil {
-			return nil, err
+	if loaded == nil {
+		for _, z := range zones {
+			if err := c.addZone(z); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var restored []*Instance
