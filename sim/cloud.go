@@ -36,8 +36,16 @@ type Config struct {
 	// Faults are the initial faults of a new cloud; a state file's win.
 	Faults Faults
 	// StateFile, when set, is where the cloud keeps its state (JSON, written
-	// atomically after every change and loaded by Open).
+	// atomically after every change and loaded by Open). The file holds
+	// each instance's start parameters, agent password included, as a real
+	// cloud keeps an instance's user data.
 	StateFile string
+	// SaveDelay, when positive, batches state file writes: a change is
+	// written at most SaveDelay (on Clock) after it happened, and Close
+	// writes what is left. Zero writes every change before the call that
+	// made it returns (concurrent calls share writes), so a crash of the
+	// process loses nothing.
+	SaveDelay time.Duration
 	// MaxBatch is the largest number of instances one StartInstances call
 	// may start. Default DefaultMaxBatch.
 	MaxBatch int
@@ -84,6 +92,13 @@ type Cloud struct {
 	saveMu   sync.Mutex
 	savedGen uint64
 	closed   bool
+
+	saveDelay time.Duration
+	kick      chan struct{}
+	quit      chan struct{}
+	saver     sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 type zone struct {
@@ -121,6 +136,9 @@ func Open(cfg Config) (*Cloud, error) {
 		addrUsed:  map[string]bool{},
 		buckets:   map[string]*bucket{},
 		stats:     newStats(),
+		saveDelay: cfg.SaveDelay,
+		kick:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
 	}
 	if c.clock == nil {
 		c.clock = muster.SystemClock
@@ -212,6 +230,10 @@ func Open(cfg Config) (*Cloud, error) {
 	if err := c.save(); err != nil {
 		return nil, err
 	}
+	if c.file != "" && c.saveDelay > 0 {
+		c.saver.Add(1)
+		go c.saveLoop()
+	}
 	if c.onStart != nil {
 		sort.Slice(restored, func(i, j int) bool { return restored[i].ID < restored[j].ID })
 		for _, inst := range restored {
@@ -224,13 +246,39 @@ func Open(cfg Config) (*Cloud, error) {
 }
 
 // Close writes the state file a last time. The cloud stays usable in
-// memory, but no longer saves.
+// memory, but no longer saves. Closing twice is harmless.
 func (c *Cloud) Close() error {
-	err := c.save()
-	c.saveMu.Lock()
-	c.closed = true
-	c.saveMu.Unlock()
-	return err
+	c.closeOnce.Do(func() {
+		close(c.quit)
+		c.saver.Wait()
+		c.closeErr = c.save()
+		c.saveMu.Lock()
+		c.closed = true
+		c.saveMu.Unlock()
+	})
+	return c.closeErr
+}
+
+// saveLoop writes the state file at most every SaveDelay.
+func (c *Cloud) saveLoop() {
+	defer c.saver.Done()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.kick:
+		}
+		t := c.clock.NewTimer(c.saveDelay)
+		select {
+		case <-c.quit:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if err := c.save(); err != nil {
+			c.logger.Warn("sim state not saved", "file", c.file, "err", err)
+		}
+	}
 }
 
 // MaxBatch is the largest number of instances one start call may start.
@@ -1159,6 +1207,16 @@ func readState(path string) (*state, error) {
 // persist saves the state, logging rather than returning a failure: the
 // change it records has happened in the cloud either way.
 func (c *Cloud) persist() {
+	if c.file == "" {
+		return
+	}
+	if c.saveDelay > 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if err := c.save(); err != nil {
 		c.logger.Warn("sim state not saved", "file", c.file, "err", err)
 	}

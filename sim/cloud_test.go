@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"os"
@@ -698,5 +699,54 @@ func TestClientUnreachableIsUnavailable(t *testing.T) {
 	_, err := sim.NewClient(url, nil).Provider("c", "m").Instances(context.Background())
 	if k, _ := kindOf(err); k != muster.ErrUnavailable {
 		t.Fatalf("got %v, want an unavailable provider error", err)
+	}
+}
+
+// instancesInFile counts the instances in a state file.
+func instancesInFile(tb testing.TB, file string) int {
+	tb.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var st struct {
+		Instances []json.RawMessage `json:"instances"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		tb.Fatal(err)
+	}
+	return len(st.Instances)
+}
+
+func TestSaveDelayBatchesWrites(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	clock := newClock()
+	c, err := sim.Open(sim.Config{Clock: clock, StateFile: file, SaveDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Provider(testController, testModel)
+	mustStart(t, p, startParams("0", "a"))
+	<-clock.WaitForTimers(1)
+	if n := instancesInFile(t, file); n != 0 {
+		t.Fatalf("before the delay got %d instances on disk, want 0", n)
+	}
+	clock.Advance(time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for instancesInFile(t, file) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("instance not written after the delay")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mustStart(t, p, startParams("1", "a"))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := instancesInFile(t, file); n != 2 {
+		t.Fatalf("after Close got %d instances on disk, want 2", n)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

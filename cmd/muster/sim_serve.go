@@ -22,6 +22,7 @@ func newSimServeCmd() *cobra.Command {
 		state    string
 		maxBatch int
 		seed     uint64
+		delay    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,10 +39,13 @@ The first line printed is "sim listening on http://HOST:PORT".`,
 			if err != nil {
 				return usageError{err}
 			}
+			if delay < 0 {
+				return usageErrorf("--save-delay %s is negative", delay)
+			}
 			if maxBatch < 0 {
 				return usageErrorf("--max-batch %d is negative", maxBatch)
 			}
-			cloud, err := sim.Open(sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed})
+			cloud, err := sim.Open(sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay})
 			if err != nil {
 				return err
 			}
@@ -56,6 +60,7 @@ The first line printed is "sim listening on http://HOST:PORT".`,
 	cmd.Flags().StringVar(&state, "state", "", "state file that survives restarts (default: memory only)")
 	cmd.Flags().IntVar(&maxBatch, "max-batch", sim.DefaultMaxBatch, "largest number of instances one start call may start")
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed for latency jitter and injected faults (0: random)")
+	cmd.Flags().DurationVar(&delay, "save-delay", 0, "batch state file writes over this long (0: write every change at once)")
 	return cmd
 }
 
