@@ -1,0 +1,66 @@
+package provisioner
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+// Store is what a provisioner needs from the state store.
+type Store interface {
+	muster.MachineStore
+	muster.EventStore
+	muster.ChangeWatcher
+	Model(ctx context.Context, nameOrUUID string) (muster.Model, error)
+}
+
+// Config configures a Provisioner. ControllerUUID, Model (with its UUID),
+// Store and Provider are required.
+type Config struct {
+	ControllerUUID string
+	Model          muster.Model // uuid, name, and the settings at start
+	Store          Store
+	Provider       muster.Provider
+	// AgentBinaries finds the agent binaries of P8; nil means none are
+	// available, so every start fails with a provisioning error.
+	AgentBinaries muster.AgentBinaryFinder
+	Clock         muster.Clock // default muster.SystemClock
+	Logger        *slog.Logger // default: discard
+	Observer      Observer     // metric hooks; nil = none
+	// APIAddresses and CACert go into the agent configuration in the user
+	// data of every instance.
+	APIAddresses []string
+	CACert       string
+}
+
+// Observer receives metric events. Methods are called from several
+// goroutines and must not block.
+type Observer interface {
+	// ProviderCall reports one provider call: kind is "start",
+	// "start-batch", "stop", "instances", "zones", "subnets" or
+	// "derive-zones"; outcome is "ok", "cancelled" or the error kind
+	// ("capacity", "throttled", "unavailable", "zone-independent",
+	// "unknown").
+	ProviderCall(kind, outcome string, d time.Duration)
+	// Provisioned reports the end of a start job: from queueing to the
+	// record (ok) or to the provisioning error.
+	Provisioned(ok bool, d time.Duration)
+	// Queue reports the pool's queue length and size when they change.
+	Queue(queued, workers int)
+	// Harvested reports stopped instances: kind "dead", "unknown" or
+	// "duplicate".
+	Harvested(kind string, n int)
+	// Throttled reports a throttled call and the client-side rate after
+	// slowing down, in calls per second.
+	Throttled(kind string, rate float64)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ProviderCall(string, string, time.Duration) {}
+func (nopObserver) Provisioned(bool, time.Duration)            {}
+func (nopObserver) Queue(int, int)                             {}
+func (nopObserver) Harvested(string, int)                      {}
+func (nopObserver) Throttled(string, float64)                  {}

@@ -1,0 +1,520 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+// ControllerMachineTag prefixes every nonce: the nonce is
+// "machine-0:<uuid>", as the controller is machine 0 in Juju's terms.
+const ControllerMachineTag = "machine-0"
+
+// startJob is one machine's start. It is built by the loop and run by a
+// worker; only deferred is shared.
+type startJob struct {
+	id          string
+	info        muster.ProvisioningInfo
+	group       []string // ids of the machine's group, itself included; nil = none
+	token       string
+	nonce       string
+	password    string
+	autoRetries int
+	queued      time.Time
+	deferred    atomic.Bool // the machine became dead while starting (P13)
+}
+
+// startResult is what a worker reports when a start job ends.
+type startResult struct {
+	job     *startJob
+	inst    *muster.Instance // the recorded instance
+	stopped string           // an instance started and stopped at once (P11, P13)
+	err     error            // the provisioning error, if any
+	aborted bool             // shutdown: nothing was recorded
+}
+
+// queueStarts queues a start for each pending machine (P5, P6), after
+// recording the launch token, nonce and password hash of each in one
+// transaction (C1, E4).
+func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) error {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	infos, err := p.cfg.Store.ProvisioningInfo(ctx, p.modelUUID, ids)
+	if err != nil {
+		return fmt.Errorf("read provisioning info: %w", err)
+	}
+	var grouped []string
+	for _, id := range ids {
+		if info, ok := infos[id]; ok && info.Group != "" {
+			grouped = append(grouped, id)
+		}
+	}
+	var groups map[string][]string
+	var groupErr error
+	if len(grouped) > 0 {
+		groups, groupErr = p.cfg.Store.DistributionGroups(ctx, p.modelUUID, grouped)
+	}
+	now := p.clock.Now()
+	var (
+		jobs    []*startJob
+		us      []muster.MachineUpdate
+		failed  []muster.MachineUpdate
+		failEvs []muster.Event
+	)
+	for _, m := range ms {
+		info, ok := infos[m.ID]
+		if !ok {
+			continue // removed meanwhile
+		}
+		j := &startJob{id: m.ID, info: info, autoRetries: m.AutoRetries, queued: now}
+		if info.Group != "" {
+			if groupErr != nil {
+				msg := fmt.Sprintf("distribution group of machine %s: %v", m.ID, groupErr)
+				failed = append(failed, failureUpdate(m.ID, msg, nil))
+				failEvs = append(failEvs, p.newEvent(m.ID, "error", msg))
+				continue
+			}
+			j.group = groups[m.ID]
+			if j.group == nil {
+				j.group = []string{m.ID}
+			}
+		}
+		// A machine that already has a launch token and no instance may
+		// have been started by a run that crashed: starting again with the
+		// same token and nonce is idempotent at the cloud (C1).
+		j.token, j.nonce = m.LaunchToken, m.Nonce
+		if j.token == "" || j.nonce == "" {
+			j.token = muster.NewSecret()
+			j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
+		}
+		j.password = muster.NewSecret()
+		jobs = append(jobs, j)
+		us = append(us, muster.MachineUpdate{
+			ID:              m.ID,
+			Status:          muster.Ptr(muster.StatusPending),
+			InstanceStatus:  muster.Ptr(muster.InstanceAllocating),
+			InstanceMessage: muster.Ptr("starting"),
+			LaunchToken:     muster.Ptr(j.token),
+			Nonce:           muster.Ptr(j.nonce),
+			PasswordHash:    muster.Ptr(muster.HashSecret(j.password)),
+			NextRetry:       muster.Ptr(time.Time{}),
+		})
+	}
+	if len(failed) > 0 {
+		if _, err := p.updateEach(ctx, failed); err != nil {
+			return fmt.Errorf("set provisioning errors: %w", err)
+		}
+		p.appendEvents(ctx, failEvs...)
+	}
+	if len(us) == 0 {
+		return nil
+	}
+	done, err := p.updateEach(ctx, us)
+	if err != nil {
+		return fmt.Errorf("record launch tokens: %w", err)
+	}
+	for _, j := range jobs {
+		if !done[j.id] {
+			continue
+		}
+		p.stateOf(j.id).job = j
+		delete(p.retryAt, j.id)
+		p.pool.submit(func(ctx context.Context) { p.runStart(ctx, j) })
+	}
+	return nil
+}
+
+// failureUpdate is the update for a provisioning error: instance status
+// "provisioning error" with the cause, machine status "error", and the
+// time of the next automatic retry (zero for none).
+func failureUpdate(id, msg string, next *time.Time) muster.MachineUpdate {
+	if next == nil {
+		next = &time.Time{}
+	}
+	return muster.MachineUpdate{
+		ID:              id,
+		Status:          muster.Ptr(muster.StatusError),
+		StatusMessage:   muster.Ptr(msg),
+		InstanceStatus:  muster.Ptr(muster.InstanceProvisioningError),
+		InstanceMessage: muster.Ptr(msg),
+		NextRetry:       next,
+	}
+}
+
+func (p *Provisioner) runStart(ctx context.Context, j *startJob) {
+	r := p.startMachine(ctx, j)
+	if !r.aborted {
+		p.obs.Provisioned(r.inst != nil, p.clock.Now().Sub(j.queued))
+	}
+	p.send(ctx, r)
+}
+
+// handleStartResult ends a start in the loop: the machine is no longer
+// starting; a deferred stop is queued now (P13).
+func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) error {
+	id := r.job.id
+	st := p.state[id]
+	if st == nil || st.job != r.job {
+		return nil
+	}
+	st.job = nil
+	if r.inst != nil {
+		p.viewAdd(*r.inst, p.clock.Now(), true)
+		p.zones.set(id, r.inst.Zone)
+	}
+	if r.stopped != "" {
+		p.viewRemove(r.stopped)
+	}
+	if st.deferred {
+		st.deferred = false
+		ms, err := p.cfg.Store.Machines(ctx, p.modelUUID, []string{id})
+		if err != nil {
+			return fmt.Errorf("read machines: %w", err)
+		}
+		if len(ms) == 0 {
+			p.forget(id)
+			return nil
+		}
+		return p.process(ctx, ms, nil, nil)
+	}
+	p.tidy(id)
+	return nil
+}
+
+// startMachine runs P7–P12 for one machine.
+func (p *Provisioner) startMachine(ctx context.Context, j *startJob) startResult {
+	s := p.settings.Load()
+	params, err := p.buildParams(ctx, j)
+	if err != nil {
+		return p.fail(ctx, j, err)
+	}
+	req := zoneRequest{
+		MachineID: j.id,
+		Allowed:   j.info.Constraints.Zones,
+		Group:     j.group,
+		Shape:     shapeOf(j.info.Constraints, params.Arch),
+	}
+	if req.Placement, err = muster.ParsePlacement(j.info.Placement); err != nil {
+		return p.fail(ctx, j, err)
+	}
+	withZones := p.withZones.Load()
+	if withZones && (j.info.Placement != "" || len(j.info.Storage) > 0) {
+		err := p.call(ctx, "derive-zones", func(ctx context.Context) error {
+			var err error
+			req.Derived, err = p.cfg.Provider.DeriveZones(ctx, params)
+			return err
+		})
+		if err != nil {
+			return p.fail(ctx, j, fmt.Errorf("derive zones for machine %s: %w", j.id, err))
+		}
+	}
+	attemptsLeft := s.RetryCount
+	var res muster.StartResult
+	for {
+		if j.deferred.Load() {
+			return p.fail(ctx, j, muster.Errorf(muster.EConflict, "machine %s is dead", j.id))
+		}
+		zone := ""
+		if withZones {
+			if zone, err = p.zones.choose(req, p.clock.Now()); err != nil {
+				return p.fail(ctx, j, err)
+			}
+		}
+		params.Zone = zone
+		err = p.call(ctx, "start", func(ctx context.Context) error {
+			var err error
+			res, err = p.cfg.Provider.StartInstance(ctx, params)
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return startResult{job: j, aborted: true}
+		}
+		if attemptsLeft == 0 {
+			p.zones.forget(j.id)
+			return p.fail(ctx, j, err)
+		}
+		kind := muster.ProviderErrorKindOf(err)
+		sameAttempt := false
+		if zone != "" && kind != muster.ErrZoneIndependent && kind != muster.ErrThrottled {
+			if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
+				p.zones.block(zone, req.Shape, p.clock.Now().Add(s.ZoneFailureTTL))
+			}
+			sameAttempt = p.zones.markFailed(req, zone, p.clock.Now())
+		}
+		delay := p.jitter(s.RetryDelay)
+		var msg string
+		if sameAttempt {
+			msg = fmt.Sprintf("start in zone %s failed: %v; retrying in another zone in %s", zone, err, delay.Round(time.Second))
+		} else {
+			attemptsLeft--
+			msg = fmt.Sprintf("start failed: %v; retrying in %s (%d more attempts)", err, delay.Round(time.Second), attemptsLeft)
+		}
+		p.log.Info("start failed; retrying", "machine", j.id, "zone", zone, "err", err, "attempts-left", attemptsLeft)
+		if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
+			ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceAllocating), InstanceMessage: muster.Ptr(msg),
+		}}); err != nil && ctx.Err() == nil {
+			p.log.Warn("retry status not set", "machine", j.id, "err", err)
+		}
+		p.appendEvents(ctx, p.newEvent(j.id, "retry", msg))
+		if err := p.sleep(ctx, delay); err != nil {
+			return startResult{job: j, aborted: true}
+		}
+	}
+	inst := res.Instance
+	if inst.MachineID == "" {
+		inst.MachineID = j.id
+	}
+	if inst.LaunchToken == "" {
+		inst.LaunchToken = j.token
+	}
+	if inst.Tags == nil {
+		inst.Tags = params.Tags
+	}
+	if inst.Created.IsZero() {
+		inst.Created = p.clock.Now()
+	}
+	if inst.Zone == "" {
+		inst.Zone = params.Zone
+	}
+	info := res.Info()
+	info.Zone = inst.Zone
+	if info.Hardware.AvailabilityZone == "" {
+		info.Hardware.AvailabilityZone = inst.Zone
+	}
+	if j.deferred.Load() {
+		// Dead while starting: the record would be refused; stop the
+		// instance now (P13).
+		return p.stopUnrecorded(ctx, j, inst.ID, nil)
+	}
+	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, []muster.InstanceRecord{{MachineID: j.id, Nonce: j.nonce, Info: info}})
+	if err == nil && len(errs) > 0 && errs[0] != nil {
+		err = errs[0]
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			// Left for adoption by the next run (C2).
+			return startResult{job: j, aborted: true}
+		}
+		return p.stopUnrecorded(ctx, j, inst.ID, fmt.Errorf("record instance %s of machine %s: %w", inst.ID, j.id, err))
+	}
+	p.zones.set(j.id, inst.Zone)
+	msg := fmt.Sprintf("instance %s running", inst.ID)
+	if inst.Zone != "" {
+		msg += " in zone " + inst.Zone
+	}
+	p.appendEvents(ctx, p.newEvent(j.id, "provisioned", msg))
+	p.log.Info("instance started", "machine", j.id, "instance", inst.ID, "zone", inst.Zone)
+	return startResult{job: j, inst: &inst}
+}
+
+// stopUnrecorded stops an instance that could not be recorded at once, so
+// that no instance is left without a machine (P11), and reports cause.
+func (p *Provisioner) stopUnrecorded(ctx context.Context, j *startJob, id string, cause error) startResult {
+	err := p.call(ctx, "stop", func(ctx context.Context) error { return p.cfg.Provider.StopInstances(ctx, id) })
+	if ctx.Err() != nil {
+		return startResult{job: j, aborted: true}
+	}
+	if err != nil {
+		p.log.Warn("unrecorded instance not stopped", "machine", j.id, "instance", id, "err", err)
+	} else {
+		p.obs.Harvested("unrecorded", 1)
+	}
+	r := startResult{job: j, stopped: id}
+	if cause != nil {
+		r = p.fail(ctx, j, cause)
+		r.stopped = id
+		// A fresh launch token for the next start: the old one names the
+		// stopped instance.
+		if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{ID: j.id, LaunchToken: muster.Ptr("")}}); err != nil &&
+			!muster.IsCode(err, muster.ENotFound) && ctx.Err() == nil {
+			p.log.Warn("launch token not cleared", "machine", j.id, "err", err)
+		}
+	}
+	return r
+}
+
+// fail sets the provisioning error of a start (P8, P10, P11), unless the
+// machine died meanwhile (P13) or the provisioner is shutting down. A
+// retryable cause gets an automatic retry time (P16).
+func (p *Provisioner) fail(ctx context.Context, j *startJob, cause error) startResult {
+	if ctx.Err() != nil {
+		return startResult{job: j, aborted: true}
+	}
+	r := startResult{job: j, err: cause}
+	if j.deferred.Load() {
+		return r
+	}
+	s := p.settings.Load()
+	msg := cause.Error()
+	var next *time.Time
+	if muster.ProviderErrorKindOf(cause).Retryable() {
+		t := p.clock.Now().Add(p.autoRetryDelay(s, j.autoRetries))
+		next = &t
+	}
+	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{failureUpdate(j.id, msg, next)}); err != nil &&
+		!muster.IsCode(err, muster.ENotFound) && ctx.Err() == nil {
+		p.log.Warn("provisioning error not recorded", "machine", j.id, "err", err)
+	}
+	evMsg := msg
+	if next != nil {
+		evMsg += fmt.Sprintf(" (automatic retry at %s)", next.UTC().Format(time.RFC3339))
+	}
+	p.appendEvents(ctx, p.newEvent(j.id, "error", evMsg))
+	p.log.Warn("provisioning error", "machine", j.id, "err", cause, "retryable", next != nil)
+	return r
+}
+
+// autoRetryDelay is the backoff of P16: retry-delay (at least a second)
+// doubling with each automatic retry, up to auto-retry-max, plus jitter
+// (still capped).
+func (p *Provisioner) autoRetryDelay(s *muster.Settings, n int) time.Duration {
+	d := max(s.RetryDelay, time.Second)
+	for i := 0; i < n && d < s.AutoRetryMax; i++ {
+		d *= 2
+	}
+	return min(p.jitter(min(d, s.AutoRetryMax)), s.AutoRetryMax)
+}
+
+// agentConfig is the agent's configuration, sent as JSON user data.
+type agentConfig struct {
+	Controller   string   `json:"controller"`
+	Model        string   `json:"model"`
+	Machine      string   `json:"machine"`
+	Nonce        string   `json:"nonce"`
+	Password     string   `json:"password"`
+	APIAddresses []string `json:"api-addresses"`
+	CACert       string   `json:"ca-cert"`
+}
+
+// buildParams builds the start parameters of P8.
+func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.StartParams, error) {
+	info := j.info
+	arch := info.Constraints.Arch
+	if arch == "" {
+		arch = "amd64"
+	}
+	base := info.Base
+	if base == "" {
+		base = muster.DefaultBase
+	}
+	if _, _, err := muster.ParseBase(base); err != nil {
+		return muster.StartParams{}, err
+	}
+	bins, err := p.findAgentBinaries(ctx, arch)
+	if err != nil {
+		return muster.StartParams{}, err
+	}
+	params := muster.StartParams{
+		ControllerUUID: p.cfg.ControllerUUID,
+		ModelUUID:      p.modelUUID,
+		MachineID:      j.id,
+		Constraints:    info.Constraints,
+		Base:           base,
+		Arch:           arch,
+		Placement:      info.Placement,
+		Nonce:          j.nonce,
+		LaunchToken:    j.token,
+		Password:       j.password,
+		AgentBinaries:  bins,
+		Tags: map[string]string{
+			muster.TagController:  p.cfg.ControllerUUID,
+			muster.TagModel:       p.modelUUID,
+			muster.TagMachine:     j.id,
+			muster.TagLaunchToken: j.token,
+		},
+	}
+	for _, sd := range info.Storage {
+		params.Volumes = append(params.Volumes, muster.Volume{Name: sd.Name, Size: sd.Size, Pool: sd.Pool})
+		params.Attachments = append(params.Attachments, muster.VolumeAttachment{Volume: sd.Name, MachineID: j.id})
+	}
+	for _, a := range params.Attachments {
+		if a.MachineID != j.id || a.InstanceID != "" {
+			return muster.StartParams{}, muster.Errorf(muster.EInvalid, "volume attachment %s does not belong to machine %s", a.Volume, j.id)
+		}
+	}
+	if params.SubnetsToZones, err = p.subnetsToZones(ctx, info.Constraints.Spaces); err != nil {
+		return muster.StartParams{}, err
+	}
+	ud, err := json.Marshal(agentConfig{
+		Controller: p.cfg.ControllerUUID, Model: p.modelUUID, Machine: j.id, Nonce: j.nonce,
+		Password: j.password, APIAddresses: p.cfg.APIAddresses, CACert: p.cfg.CACert,
+	})
+	if err != nil {
+		return muster.StartParams{}, fmt.Errorf("agent config: %w", err)
+	}
+	params.UserData = ud
+	return params, nil
+}
+
+func (p *Provisioner) findAgentBinaries(ctx context.Context, arch string) ([]muster.AgentBinary, error) {
+	none := muster.Errorf(muster.ENotFound, "no matching agent binaries available for arch %s", arch)
+	if p.cfg.AgentBinaries == nil {
+		return nil, none
+	}
+	bins, err := p.cfg.AgentBinaries.FindAgentBinaries(ctx, muster.Version, "linux", arch)
+	if err != nil {
+		if muster.IsCode(err, muster.ENotFound) {
+			return nil, none
+		}
+		return nil, fmt.Errorf("find agent binaries for arch %s: %w", arch, err)
+	}
+	if len(bins) == 0 {
+		return nil, none
+	}
+	return bins, nil
+}
+
+// subnetsToZones returns one map subnet id → zones per requested space, in
+// space-name order; excluded spaces ("^name") are not requested.
+func (p *Provisioner) subnetsToZones(ctx context.Context, spaces []string) ([]map[string][]string, error) {
+	var want []string
+	for _, s := range spaces {
+		if !strings.HasPrefix(s, "^") {
+			want = append(want, s)
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	sort.Strings(want)
+	want = slices.Compact(want)
+	nw, ok := p.cfg.Provider.(muster.Networking)
+	if !ok {
+		return nil, muster.Errorf(muster.ENotFound, "space %q not found", want[0])
+	}
+	var subnets []muster.Subnet
+	err := p.call(ctx, "subnets", func(ctx context.Context) error {
+		var err error
+		subnets, err = nw.Subnets(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list subnets: %w", err)
+	}
+	out := make([]map[string][]string, 0, len(want))
+	for _, space := range want {
+		m := map[string][]string{}
+		for _, sn := range subnets {
+			if sn.Space == space {
+				m[sn.ID] = append(m[sn.ID], sn.Zone)
+			}
+		}
+		if len(m) == 0 {
+			return nil, muster.Errorf(muster.ENotFound, "space %q not found", space)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

@@ -1,0 +1,329 @@
+package provisioner
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+// ZoneInfo is one row of the zone table (Z1), as Zones reports it.
+type ZoneInfo struct {
+	Name      string
+	Available bool // false for a zone kept only because machines are in it (Z2)
+	Machines  int
+}
+
+// zoneRequest is what the planner needs to know about one machine.
+type zoneRequest struct {
+	MachineID string
+	Allowed   []string // the zones constraint; empty = any
+	Derived   []string // zones the placement and volumes allow (P9); empty = any
+	Placement string   // zone of a zone=X placement (Z6); "" = none
+	Group     []string // ids of the machine's group (itself included); nil = no group
+	Shape     string   // launch shape, for the capacity memory (Z7)
+}
+
+// shapeOf is the launch shape of a machine for the capacity memory: what
+// decides the instance type it gets.
+func shapeOf(c muster.Constraints, arch string) string {
+	return arch + "/" + strconv.FormatUint(c.Cores, 10) + "/" + strconv.FormatUint(c.Mem, 10) + "/" +
+		strconv.FormatUint(c.RootDisk, 10) + "/" + c.InstanceType
+}
+
+// zoneLoad is a candidate zone with the number of machines that count.
+type zoneLoad struct {
+	Name  string
+	Count int
+}
+
+// pickZone implements the choice of Z3 among candidates: the fewest
+// machines, ties broken by rnd (which returns a number in [0,n)). It is
+// pure; "" when there is no candidate.
+func pickZone(cands []zoneLoad, rnd func(n int) int) string {
+	if len(cands) == 0 {
+		return ""
+	}
+	best := cands[0].Count
+	for _, c := range cands[1:] {
+		best = min(best, c.Count)
+	}
+	var ties []string
+	for _, c := range cands {
+		if c.Count == best {
+			ties = append(ties, c.Name)
+		}
+	}
+	if len(ties) == 1 {
+		return ties[0]
+	}
+	return ties[rnd(len(ties))]
+}
+
+// errNoZone is the P10.1 error.
+func errNoZone(id string) error {
+	return muster.Errorf(muster.EInvalid, "suitable availability zone for machine %s not found", id)
+}
+
+// zoneTable is the zone table of Z1 plus the capacity memory of Z7. The loop
+// keeps it in step with the instances; workers choose zones from it while
+// starting machines, so it has its own lock.
+type zoneTable struct {
+	mu       sync.Mutex
+	avail    map[string]bool // every zone in the table; false = kept only for its machines
+	count    map[string]int
+	machine  map[string]string          // machine id → zone
+	failed   map[string]map[string]bool // machine id → zones it failed in
+	excluded map[string]map[string]bool // machine id → zones it may not use (P9)
+	blocked  map[string]time.Time       // zone + "|" + shape → until (Z7)
+	rnd      func(n int) int
+}
+
+func newZoneTable(rnd func(n int) int) *zoneTable {
+	return &zoneTable{
+		avail:    map[string]bool{},
+		count:    map[string]int{},
+		machine:  map[string]string{},
+		failed:   map[string]map[string]bool{},
+		excluded: map[string]map[string]bool{},
+		blocked:  map[string]time.Time{},
+		rnd:      rnd,
+	}
+}
+
+// refresh applies Z2 to the provider's zones and returns the zones kept
+// although unavailable, for a warning.
+func (t *zoneTable) refresh(zs []muster.Zone) (kept []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	listed := map[string]bool{}
+	for _, z := range zs {
+		if z.Available {
+			listed[z.Name] = true
+			t.avail[z.Name] = true
+		}
+	}
+	for name := range t.avail {
+		if listed[name] {
+			continue
+		}
+		if t.count[name] > 0 {
+			t.avail[name] = false
+			kept = append(kept, name)
+			continue
+		}
+		delete(t.avail, name)
+	}
+	// Zones with machines that the table did not hold (an instance in a
+	// zone that is no longer available) are kept too.
+	for name, n := range t.count {
+		if _, ok := t.avail[name]; !ok && n > 0 {
+			t.avail[name] = false
+			kept = append(kept, name)
+		}
+	}
+	sort.Strings(kept)
+	return kept
+}
+
+// empty reports whether the table has no zones (Z5 once refreshed).
+func (t *zoneTable) empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.avail) == 0
+}
+
+// snapshot returns the table by zone name.
+func (t *zoneTable) snapshot() []ZoneInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]ZoneInfo, 0, len(t.avail))
+	for name, ok := range t.avail {
+		out = append(out, ZoneInfo{Name: name, Available: ok, Machines: t.count[name]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// set records that machine id is in zone (or forgets it when zone is "").
+func (t *zoneTable) set(id, zone string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setLocked(id, zone)
+}
+
+func (t *zoneTable) setLocked(id, zone string) {
+	if old, ok := t.machine[id]; ok {
+		if old == zone {
+			return
+		}
+		t.count[old]--
+		if t.count[old] <= 0 {
+			delete(t.count, old)
+		}
+		delete(t.machine, id)
+	}
+	if zone != "" {
+		t.machine[id] = zone
+		t.count[zone]++
+	}
+}
+
+// forget drops everything the table knows about machine id.
+func (t *zoneTable) forget(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setLocked(id, "")
+	delete(t.failed, id)
+	delete(t.excluded, id)
+}
+
+// zoneOf returns the zone machine id is counted in.
+func (t *zoneTable) zoneOf(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.machine[id]
+}
+
+// block remembers that zone has no capacity for shape until until (Z7).
+func (t *zoneTable) block(zone, shape string, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.blocked[zone+"|"+shape] = until
+}
+
+// candidatesLocked returns the zones r may use now, and whether some were
+// left out only because of the capacity memory.
+func (t *zoneTable) candidatesLocked(r zoneRequest, now time.Time) (cands []string, capacityOnly bool) {
+	excl := t.excluded[r.MachineID]
+	failed := t.failed[r.MachineID]
+	for name, ok := range t.avail {
+		if !ok || excl[name] || failed[name] {
+			continue
+		}
+		if len(r.Allowed) > 0 && !slices.Contains(r.Allowed, name) {
+			continue
+		}
+		if len(r.Derived) > 0 && !slices.Contains(r.Derived, name) {
+			continue
+		}
+		if r.Placement != "" && name != r.Placement {
+			continue
+		}
+		if until, ok := t.blocked[name+"|"+r.Shape]; ok {
+			if now.Before(until) {
+				capacityOnly = true
+				continue
+			}
+			delete(t.blocked, name+"|"+r.Shape)
+		}
+		cands = append(cands, name)
+	}
+	sort.Strings(cands)
+	if len(cands) > 0 {
+		capacityOnly = false
+	}
+	return cands, capacityOnly
+}
+
+// choose picks a zone for r (Z3, Z6) and counts the machine in it at once
+// (Z4). The error is EInvalid when no zone is suitable, or a retryable
+// capacity error when the only suitable zones are remembered as full (Z7).
+func (t *zoneTable) choose(r zoneRequest, now time.Time) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r.Placement != "" {
+		if !t.avail[r.Placement] {
+			return "", muster.Errorf(muster.EInvalid, "placement zone %q of machine %s is unknown or unavailable", r.Placement, r.MachineID)
+		}
+	}
+	if len(r.Derived) > 0 {
+		ex := map[string]bool{}
+		for name := range t.avail {
+			if !slices.Contains(r.Derived, name) {
+				ex[name] = true
+			}
+		}
+		t.excluded[r.MachineID] = ex
+	}
+	cands, capacityOnly := t.candidatesLocked(r, now)
+	if len(cands) == 0 {
+		if capacityOnly {
+			return "", &muster.ProviderError{Kind: muster.ErrCapacity,
+				Message: fmt.Sprintf("suitable availability zone for machine %s not found: every suitable zone is out of capacity", r.MachineID)}
+		}
+		return "", errNoZone(r.MachineID)
+	}
+	loads := make([]zoneLoad, len(cands))
+	var members map[string]int
+	if r.Group != nil {
+		members = map[string]int{}
+		for _, id := range r.Group {
+			if id == r.MachineID {
+				continue
+			}
+			if z, ok := t.machine[id]; ok {
+				members[z]++
+			}
+		}
+	}
+	for i, name := range cands {
+		n := t.count[name]
+		if members != nil {
+			n = members[name]
+		} else if t.machine[r.MachineID] == name {
+			n-- // do not count the machine against its own zone
+		}
+		loads[i] = zoneLoad{Name: name, Count: n}
+	}
+	zone := pickZone(loads, t.rnd)
+	t.setLocked(r.MachineID, zone)
+	return zone, nil
+}
+
+// markFailed records that r's machine failed in zone and reports whether
+// another eligible zone remains; when none does, it clears the machine's
+// failures (P10.5).
+func (t *zoneTable) markFailed(r zoneRequest, zone string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.failed[r.MachineID]
+	if f == nil {
+		f = map[string]bool{}
+		t.failed[r.MachineID] = f
+	}
+	f[zone] = true
+	cands, _ := t.candidatesLocked(r, now)
+	if len(cands) > 0 {
+		return true
+	}
+	delete(t.failed, r.MachineID)
+	return false
+}
+
+// failedZones returns the zones machine id failed in, sorted.
+func (t *zoneTable) failedZones(id string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for z := range t.failed[id] {
+		out = append(out, z)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// machines returns the ids of the machines the table counts.
+func (t *zoneTable) machines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.machine))
+	for id := range t.machine {
+		out = append(out, id)
+	}
+	return out
+}
