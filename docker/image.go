@@ -1,0 +1,249 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+)
+
+// ImageRepository is the repository of agent images; the tag is the first
+// 12 hex digits of the agent binary's SHA-256.
+const ImageRepository = "muster-agent"
+
+// dockerfile is the whole recipe: the static agent binary on an empty
+// filesystem. The agent config is copied in per container.
+const dockerfile = `FROM scratch
+COPY muster ` + AgentPath + `
+ENTRYPOINT ["` + AgentPath + `", "agent", "--config", "` + AgentConfigPath + `"]
+`
+
+// buildMu serialises image builds in this process, so that providers of
+// several models sharing one binary build it once.
+var buildMu sync.Mutex
+
+type agentImage struct {
+	Ref    string // muster-agent:<sha12>
+	ID     string
+	SHA256 string
+	Arch   string // muster arch name, e.g. amd64
+}
+
+type engineInfo struct {
+	NCPU     int
+	MemTotal int64 // bytes
+	Arch     string
+}
+
+// engineInfo returns the engine's CPUs, memory and architecture, fetched
+// once.
+func (p *Provider) engineInfo(ctx context.Context) (*engineInfo, error) {
+	p.mu.Lock()
+	ei := p.engine
+	p.mu.Unlock()
+	if ei != nil {
+		return ei, nil
+	}
+	res, err := p.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, classify(err, "engine info")
+	}
+	ei = &engineInfo{NCPU: res.Info.NCPU, MemTotal: res.Info.MemTotal, Arch: engineArch(res.Info.Architecture)}
+	p.mu.Lock()
+	p.engine = ei
+	p.mu.Unlock()
+	return ei, nil
+}
+
+// engineArch maps uname machine names to muster's arch names.
+func engineArch(m string) string {
+	switch m {
+	case "x86_64", "amd64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	case "ppc64le", "ppc64el":
+		return "ppc64el"
+	}
+	return m
+}
+
+// elfArch maps an ELF machine to muster's arch name.
+func elfArch(m elf.Machine) string {
+	switch m {
+	case elf.EM_X86_64:
+		return "amd64"
+	case elf.EM_AARCH64:
+		return "arm64"
+	case elf.EM_PPC64:
+		return "ppc64el"
+	case elf.EM_S390:
+		return "s390x"
+	case elf.EM_RISCV:
+		return "riscv64"
+	}
+	return m.String()
+}
+
+// checkStatic returns the binary's arch, or a zone-independent error when it
+// is not a statically linked Linux ELF executable: an image built FROM
+// scratch has no dynamic loader or libraries.
+func checkStatic(path string, data []byte) (string, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return "", zoneIndependent("agent binary %s is not a linux executable: %v", path, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return "", zoneIndependent("agent binary %s is dynamically linked; containers start FROM scratch, so build it static (CGO_ENABLED=0)", path)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		return "", zoneIndependent("agent binary %s needs shared libraries %v; build it static (CGO_ENABLED=0)", path, libs)
+	}
+	return elfArch(f.Machine), nil
+}
+
+// EnsureImage returns the agent image reference, building the image from
+// Config.AgentBinary when no image for this binary exists yet. The result is
+// cached for the life of the provider.
+func (p *Provider) EnsureImage(ctx context.Context) (string, error) {
+	img, err := p.ensureImage(ctx)
+	if err != nil {
+		return "", err
+	}
+	return img.Ref, nil
+}
+
+func (p *Provider) ensureImage(ctx context.Context) (*agentImage, error) {
+	p.mu.Lock()
+	img := p.image
+	p.mu.Unlock()
+	if img != nil {
+		return img, nil
+	}
+	ei, err := p.engineInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p.cfg.AgentBinary)
+	if err != nil {
+		return nil, zoneIndependent("read agent binary: %v", err)
+	}
+	arch, err := checkStatic(p.cfg.AgentBinary, data)
+	if err != nil {
+		return nil, err
+	}
+	if arch != ei.Arch {
+		return nil, zoneIndependent("agent binary %s is for %s but the docker engine runs %s", p.cfg.AgentBinary, arch, ei.Arch)
+	}
+	sum := sha256.Sum256(data)
+	hexSum := hex.EncodeToString(sum[:])
+	ref := ImageRepository + ":" + hexSum[:12]
+
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	ins, err := p.cli.ImageInspect(ctx, ref)
+	switch {
+	case err == nil && ins.Config != nil && ins.Config.Labels[LabelAgentSHA256] == hexSum:
+		// Reuse.
+	case err == nil || cerrdefs.IsNotFound(err):
+		if err := p.buildImage(ctx, ref, hexSum, data); err != nil {
+			return nil, err
+		}
+		if ins, err = p.cli.ImageInspect(ctx, ref); err != nil {
+			return nil, classify(err, "inspect built image "+ref)
+		}
+	default:
+		return nil, classify(err, "inspect image "+ref)
+	}
+	img = &agentImage{Ref: ref, ID: ins.ID, SHA256: hexSum, Arch: engineArch(ins.Architecture)}
+	if img.Arch == "" {
+		img.Arch = ei.Arch
+	}
+	p.mu.Lock()
+	p.image = img
+	p.mu.Unlock()
+	return img, nil
+}
+
+// buildContext is a tar of the Dockerfile and the binary.
+func buildContext(binary []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	files := []struct {
+		name string
+		mode int64
+		data []byte
+	}{
+		{"Dockerfile", 0o644, []byte(dockerfile)},
+		{"muster", 0o755, binary},
+	}
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (p *Provider) buildImage(ctx context.Context, ref, sum string, binary []byte) error {
+	bc, err := buildContext(binary)
+	if err != nil {
+		return fmt.Errorf("docker: build context: %w", err)
+	}
+	p.log.Info("building agent image", "image", ref, "binary", p.cfg.AgentBinary)
+	res, err := p.cli.ImageBuild(ctx, bytes.NewReader(bc), client.ImageBuildOptions{
+		Tags:        []string{ref},
+		Dockerfile:  "Dockerfile",
+		Remove:      true,
+		ForceRemove: true,
+		Version:     build.BuilderV1,
+		Labels:      map[string]string{LabelImage: "agent", LabelAgentSHA256: sum},
+	})
+	if err != nil {
+		return classify(err, "build image "+ref)
+	}
+	defer res.Body.Close()
+	dec := json.NewDecoder(res.Body)
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if ctx.Err() != nil {
+				return classify(ctx.Err(), "build image "+ref)
+			}
+			return classify(err, "read build output of "+ref)
+		}
+		if m.Error != nil {
+			return zoneIndependent("build image %s: %s", ref, m.Error.Message)
+		}
+	}
+	p.mu.Lock()
+	p.builds++
+	p.mu.Unlock()
+	p.log.Info("agent image built", "image", ref)
+	return nil
+}
