@@ -1,7 +1,3 @@
-// Package sim is muster's simulated cloud (SPEC §3.1): a cloud model with
-// zones, capacity, instance types, images, subnets, spaces, volumes, latency,
-// rate limits, fault injection and listing lag; a muster.Provider on it,
-// in-process or over HTTP; and the HTTP server behind `muster sim serve`.
 package sim
 
 import (
@@ -312,12 +308,12 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 	}
 	c.zones = append(c.zones, &zone{ZoneConfig: zc})
 	n := len(c.zones)
-	any := false
+	inSpace := false
 	for j, sp := range c.spaces {
 		if len(sp.Zones) > 0 && !contains(sp.Zones, zc.Name) {
 			continue
 		}
-		any = true
+		inSpace = true
 		c.subnets = append(c.subnets, &subnet{
 			Subnet: muster.Subnet{
 				ID:    "subnet-" + zc.Name + "-" + sp.Name,
@@ -329,7 +325,7 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 			next:   firstHost,
 		})
 	}
-	if !any {
+	if !inSpace {
 		c.subnets = append(c.subnets, &subnet{
 			Subnet: muster.Subnet{ID: "subnet-" + zc.Name, CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
 			prefix: [3]byte{10, byte(n), 0},

@@ -526,8 +526,8 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	no, cap := false, 8
-	c.SetZone("c", sim.ZoneUpdate{Available: &no, Capacity: &cap})
+	no, eight := false, 8
+	c.SetZone("c", sim.ZoneUpdate{Available: &no, Capacity: &eight})
 	c.FailNext("a", 2)
 	// No Close: every change is on disk already.
 	cfg.OnStart = func(inst sim.Instance, p muster.StartParams) {
@@ -642,8 +642,8 @@ func TestClientAdmin(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cl := sim.NewClient(srv.URL, srv.Client())
 	ctx := context.Background()
-	cap := 2
-	zs, err := cl.SetZone(ctx, "d", sim.ZoneUpdate{Capacity: &cap})
+	two := 2
+	zs, err := cl.SetZone(ctx, "d", sim.ZoneUpdate{Capacity: &two})
 	if err != nil || zs.Name != "d" || !zs.Available || zs.Capacity != 2 || zs.Index != 3 {
 		t.Fatalf("SetZone(d): got %+v, %v; want new zone d, available, capacity 2, index 3", zs, err)
 	}
