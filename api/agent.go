@@ -1,0 +1,420 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/auth"
+)
+
+// MissedHeartbeats is how many heartbeat periods may pass in silence
+// before a machine is set down.
+const MissedHeartbeats = 3
+
+// periodRefresh is how often a session re-reads its model's heartbeat
+// period.
+const periodRefresh = time.Minute
+
+// agentSession is what a logged-in agent's token stands for. Sessions are
+// kept in memory: after a controller restart agents log in again.
+type agentSession struct {
+	modelUUID string
+	modelName string
+	machineID string
+	nonce     string
+
+	mu       sync.Mutex
+	period   time.Duration
+	periodAt time.Time
+}
+
+type sessionKey struct{ model, machine string }
+
+func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
+	if err := s.login(w, r); err != nil {
+		s.fail(w, r, err)
+	}
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
+	var req LoginRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	refused := muster.Errorf(muster.EUnauthorized, "invalid machine credentials")
+	ctx := r.Context()
+	if req.Model == "" || req.Machine == "" || req.Password == "" {
+		return refused
+	}
+	m, err := s.store.Model(ctx, req.Model)
+	if muster.IsCode(err, muster.ENotFound) {
+		return refused
+	} else if err != nil {
+		return err
+	}
+	mc, err := s.store.Machine(ctx, m.UUID, req.Machine)
+	if muster.IsCode(err, muster.ENotFound) {
+		return refused
+	} else if err != nil {
+		return err
+	}
+	if !auth.TokenMatches(req.Password, mc.PasswordHash) {
+		return refused
+	}
+	if req.Nonce == "" || req.Nonce != mc.Nonce || !mc.HasInstance() || mc.Life == muster.LifeDead {
+		return muster.Errorf(muster.ENotProvisioned, "machine %s is not provisioned with this nonce", mc.ID)
+	}
+	tok, hash := auth.NewToken()
+	sess := &agentSession{
+		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
+		period: m.Settings.AgentHeartbeat, periodAt: s.clock.Now(),
+	}
+	s.hb.addSession(hash, sess)
+	s.hb.beat(sess)
+	s.appendEvents(ctx, []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
+		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}})
+	writeJSON(w, http.StatusOK, LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()})
+	return nil
+}
+
+// agentMachine checks that the request names the agent's own machine and
+// returns the session and the machine.
+func (s *Server) agentMachine(r *http.Request) (*agentSession, muster.Machine, error) {
+	sess := principalOf(r.Context()).agent
+	model, id := r.PathValue("model"), r.PathValue("id")
+	if (model != sess.modelUUID && model != sess.modelName) || id != sess.machineID {
+		return nil, muster.Machine{}, muster.Errorf(muster.EForbidden, "agent of machine %s may not act on machine %s of model %s", sess.machineID, id, model)
+	}
+	mc, err := s.store.Machine(r.Context(), sess.modelUUID, sess.machineID)
+	if err != nil {
+		return nil, muster.Machine{}, err
+	}
+	if mc.Nonce != sess.nonce {
+		return nil, muster.Machine{}, muster.Errorf(muster.ENotProvisioned, "machine %s was provisioned again; log in again", mc.ID)
+	}
+	return sess, mc, nil
+}
+
+func (s *Server) checkOwn(r *http.Request) (*agentSession, error) {
+	sess := principalOf(r.Context()).agent
+	model, id := r.PathValue("model"), r.PathValue("id")
+	if (model != sess.modelUUID && model != sess.modelName) || id != sess.machineID {
+		return nil, muster.Errorf(muster.EForbidden, "agent of machine %s may not act on machine %s of model %s", sess.machineID, id, model)
+	}
+	return sess, nil
+}
+
+func agentMachineInfo(mc muster.Machine, period time.Duration) AgentMachine {
+	am := AgentMachine{
+		ID: mc.ID, Life: string(mc.Life), Status: string(mc.Status), StatusMessage: mc.StatusMessage,
+		InstanceID: mc.InstanceID(), InstanceStatus: string(mc.InstanceStatus), Addresses: []string{},
+		Heartbeat: period.String(),
+	}
+	if mc.Instance != nil {
+		am.Hardware = mc.Instance.Hardware
+		if mc.Instance.Addresses != nil {
+			am.Addresses = mc.Instance.Addresses
+		}
+	}
+	return am
+}
+
+func (s *Server) handleAgentMachine(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.checkOwn(r); err != nil {
+		return err
+	}
+	sess, mc, err := s.agentMachine(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, agentMachineInfo(mc, s.sessionPeriod(r.Context(), sess)))
+	return nil
+}
+
+func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.checkOwn(r); err != nil {
+		return err
+	}
+	var req AgentUpdate
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	u := muster.MachineUpdate{StatusMessage: req.StatusMessage, Hardware: req.Hardware, Addresses: req.Addresses}
+	if req.Status != nil {
+		switch st := muster.MachineStatus(*req.Status); st {
+		case muster.StatusStarted, muster.StatusStopped, muster.StatusError:
+			u.Status = &st
+		default:
+			return muster.Errorf(muster.EInvalid, "bad status %q: an agent may set started, stopped or error", *req.Status)
+		}
+	}
+	if req.Addresses != nil && *req.Addresses == nil {
+		u.Addresses = muster.Ptr([]string{})
+	}
+	sess, mc, err := s.agentMachine(r)
+	if err != nil {
+		return err
+	}
+	u.ID = mc.ID
+	ctx := r.Context()
+	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
+		return err
+	}
+	if u.Status != nil && *u.Status != mc.Status {
+		msg := fmt.Sprintf("machine %s %s", mc.ID, *u.Status)
+		if u.StatusMessage != nil && *u.StatusMessage != "" {
+			msg += ": " + *u.StatusMessage
+		}
+		s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg}})
+	}
+	s.hb.beat(sess)
+	mc, err = s.store.Machine(ctx, sess.modelUUID, mc.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, agentMachineInfo(mc, s.sessionPeriod(ctx, sess)))
+	return nil
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.checkOwn(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	if s.hb.beat(sess) {
+		// The machine was set down: bring it back if it still is.
+		if err := s.hb.markUp(ctx, sess); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, HeartbeatResult{Heartbeat: s.sessionPeriod(ctx, sess).String()})
+	return nil
+}
+
+// sessionPeriod returns the model's heartbeat period, re-read from the
+// store at most every periodRefresh.
+func (s *Server) sessionPeriod(ctx context.Context, sess *agentSession) time.Duration {
+	now := s.clock.Now()
+	sess.mu.Lock()
+	p, at := sess.period, sess.periodAt
+	sess.mu.Unlock()
+	if now.Sub(at) < periodRefresh {
+		return p
+	}
+	m, err := s.store.Model(ctx, sess.modelUUID)
+	if err != nil {
+		return p
+	}
+	sess.mu.Lock()
+	sess.period, sess.periodAt = m.Settings.AgentHeartbeat, now
+	sess.mu.Unlock()
+	return m.Settings.AgentHeartbeat
+}
+
+// heartbeats tracks when each machine's agent last showed up and sets
+// machines down that stay silent (SPEC §4).
+type heartbeats struct {
+	s *Server
+
+	mu        sync.Mutex
+	beats     map[sessionKey]*beat
+	byMachine map[sessionKey]string // → token hash of the newest session
+	kick      chan struct{}
+}
+
+type beat struct {
+	last   time.Time
+	period time.Duration
+	down   bool
+}
+
+func newHeartbeats(s *Server) *heartbeats {
+	return &heartbeats{s: s, beats: map[sessionKey]*beat{}, byMachine: map[sessionKey]string{}, kick: make(chan struct{}, 1)}
+}
+
+// addSession registers a login, revoking the machine's earlier token.
+func (h *heartbeats) addSession(hash string, sess *agentSession) {
+	k := sessionKey{sess.modelUUID, sess.machineID}
+	h.mu.Lock()
+	old, ok := h.byMachine[k]
+	h.byMachine[k] = hash
+	h.mu.Unlock()
+	if ok {
+		h.s.sessions.Delete(old)
+	}
+	h.s.sessions.Store(hash, sess)
+}
+
+// beat records a sign of life; it reports whether the machine had been
+// set down.
+func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
+	now := h.s.clock.Now()
+	sess.mu.Lock()
+	period := sess.period
+	sess.mu.Unlock()
+	k := sessionKey{sess.modelUUID, sess.machineID}
+	h.mu.Lock()
+	b, ok := h.beats[k]
+	if !ok {
+		b = &beat{}
+		h.beats[k] = b
+	}
+	wasDown = b.down
+	b.last, b.period, b.down = now, period, false
+	h.mu.Unlock()
+	if !ok || wasDown || period < b.period {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+	return wasDown
+}
+
+// markUp sets a down machine started again.
+func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
+	s := h.s
+	mc, err := s.store.Machine(ctx, sess.modelUUID, sess.machineID)
+	if err != nil {
+		return err
+	}
+	if mc.Status != muster.StatusDown {
+		return nil
+	}
+	u := muster.MachineUpdate{ID: mc.ID, Status: muster.Ptr(muster.StatusStarted), StatusMessage: muster.Ptr("")}
+	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
+		return err
+	}
+	s.logger.Info("machine up again", "model", sess.modelName, "machine", mc.ID)
+	s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
+		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}})
+	return nil
+}
+
+// run watches deadlines until ctx ends. Machines already started when it
+// begins count as having just heartbeaten, so a controller restart sets
+// down those whose agents never come back.
+func (h *heartbeats) run(ctx context.Context) {
+	h.adoptStarted(ctx)
+	for {
+		now := h.s.clock.Now()
+		var due []sessionKey
+		var next time.Time
+		h.mu.Lock()
+		for k, b := range h.beats {
+			if b.down || b.period <= 0 {
+				continue
+			}
+			dl := b.last.Add(MissedHeartbeats * b.period)
+			if !now.Before(dl) {
+				b.down = true
+				due = append(due, k)
+			} else if next.IsZero() || dl.Before(next) {
+				next = dl
+			}
+		}
+		h.mu.Unlock()
+		if len(due) > 0 {
+			h.markDown(ctx, due)
+		}
+		var timerC <-chan time.Time
+		var t muster.Timer
+		if !next.IsZero() {
+			t = h.s.clock.NewTimer(next.Sub(now))
+			timerC = t.C()
+		}
+		select {
+		case <-ctx.Done():
+			if t != nil {
+				t.Stop()
+			}
+			return
+		case <-timerC:
+		case <-h.kick:
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+func (h *heartbeats) adoptStarted(ctx context.Context) {
+	s := h.s
+	models, err := s.store.Models(ctx)
+	if err != nil {
+		s.logger.Warn("heartbeat monitor: list models", "err", err)
+		return
+	}
+	now := s.clock.Now()
+	for _, m := range models {
+		ms, err := s.store.Machines(ctx, m.UUID, nil)
+		if err != nil {
+			s.logger.Warn("heartbeat monitor: list machines", "model", m.Name, "err", err)
+			continue
+		}
+		h.mu.Lock()
+		for _, mc := range ms {
+			k := sessionKey{m.UUID, mc.ID}
+			if _, ok := h.beats[k]; !ok && mc.Status == muster.StatusStarted && mc.Life != muster.LifeDead {
+				h.beats[k] = &beat{last: now, period: m.Settings.AgentHeartbeat}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// markDown sets the machines down whose status is still started.
+func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
+	s := h.s
+	byModel := map[string][]string{}
+	for _, k := range keys {
+		byModel[k.model] = append(byModel[k.model], k.machine)
+	}
+	for model, ids := range byModel {
+		ms, err := s.store.Machines(ctx, model, ids)
+		if err != nil {
+			s.logger.Warn("heartbeat monitor: read machines", "model", model, "err", err)
+			continue
+		}
+		found := map[string]bool{}
+		var us []muster.MachineUpdate
+		var es []muster.Event
+		for _, mc := range ms {
+			found[mc.ID] = true
+			if mc.Status != muster.StatusStarted {
+				continue
+			}
+			msg := fmt.Sprintf("agent missed %d heartbeats", MissedHeartbeats)
+			us = append(us, muster.MachineUpdate{ID: mc.ID, Status: muster.Ptr(muster.StatusDown), StatusMessage: muster.Ptr(msg)})
+			es = append(es, muster.Event{ModelUUID: model, MachineID: mc.ID, Actor: "controller", Kind: "down",
+				Message: fmt.Sprintf("machine %s down: %s", mc.ID, msg)})
+		}
+		h.mu.Lock()
+		for _, id := range ids {
+			if !found[id] {
+				delete(h.beats, sessionKey{model, id})
+			}
+		}
+		h.mu.Unlock()
+		if len(us) == 0 {
+			continue
+		}
+		if err := s.store.UpdateMachines(ctx, model, us); err != nil {
+			// One machine removed meanwhile fails the batch: go one by one.
+			for _, u := range us {
+				if err := s.store.UpdateMachines(ctx, model, []muster.MachineUpdate{u}); err != nil && ctx.Err() == nil {
+					s.logger.Warn("heartbeat monitor: set machine down", "model", model, "machine", u.ID, "err", err)
+				}
+			}
+		}
+		for _, e := range es {
+			s.logger.Info("machine down", "model", model, "machine", e.MachineID)
+		}
+		s.appendEvents(ctx, es)
+	}
+}

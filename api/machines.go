@@ -1,0 +1,459 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/musterhq/muster"
+)
+
+// template builds a machine template from the request's text fields.
+func template(constraints, group, base, placement string, storage []string) (muster.MachineTemplate, error) {
+	c, err := muster.ParseConstraints(constraints)
+	if err != nil {
+		return muster.MachineTemplate{}, err
+	}
+	t := muster.MachineTemplate{Constraints: c, Base: base, Group: group, Placement: placement}
+	for _, sd := range storage {
+		d, err := muster.ParseStorage(sd)
+		if err != nil {
+			return muster.MachineTemplate{}, err
+		}
+		t.Storage = append(t.Storage, d)
+	}
+	if err := t.Validate(); err != nil {
+		return muster.MachineTemplate{}, err
+	}
+	return t, nil
+}
+
+// idLess orders machine ids numerically ("2" before "10").
+func idLess(a, b string) bool {
+	na, ea := strconv.ParseUint(a, 10, 64)
+	nb, eb := strconv.ParseUint(b, 10, 64)
+	if ea == nil && eb == nil {
+		return na < nb
+	}
+	if (ea == nil) != (eb == nil) {
+		return ea == nil
+	}
+	return a < b
+}
+
+func sortIDs(ids []string) { sort.Slice(ids, func(i, j int) bool { return idLess(ids[i], ids[j]) }) }
+
+// uniqueIDs checks and de-duplicates machine ids, keeping their order.
+func uniqueIDs(ids []string) ([]string, error) {
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+			return nil, muster.Errorf(muster.EInvalid, "bad machine id %q: want a number", id)
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// machinesByID reads the named machines; ENotFound naming every missing id.
+func (s *Server) machinesByID(ctx context.Context, m muster.Model, ids []string) ([]muster.Machine, error) {
+	ms, err := s.store.Machines(ctx, m.UUID, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(ms) == len(ids) {
+		return ms, nil
+	}
+	found := make(map[string]bool, len(ms))
+	for _, mc := range ms {
+		found[mc.ID] = true
+	}
+	var missing []string
+	for _, id := range ids {
+		if !found[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 1 {
+		return nil, muster.Errorf(muster.ENotFound, "machine %s not found in model %q", missing[0], m.Name)
+	}
+	return nil, muster.Errorf(muster.ENotFound, "machines %s not found in model %q", strings.Join(missing, ", "), m.Name)
+}
+
+func (s *Server) handleAddMachines(w http.ResponseWriter, r *http.Request) error {
+	var req AddMachinesRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	ts, err := addMachinesTemplates(req)
+	if err != nil {
+		return err
+	}
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	ms, err := s.store.AddMachines(r.Context(), m.UUID, ts)
+	if err != nil {
+		return err
+	}
+	actor := principalOf(r.Context()).actor()
+	ids := make([]string, len(ms))
+	es := make([]muster.Event, len(ms))
+	for i, mc := range ms {
+		ids[i] = mc.ID
+		es[i] = muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: actor, Kind: "add-machine", Message: describeMachine(mc)}
+	}
+	s.appendEvents(r.Context(), es)
+	writeJSON(w, http.StatusCreated, MachineIDs{IDs: ids})
+	return nil
+}
+
+func addMachinesTemplates(req AddMachinesRequest) ([]muster.MachineTemplate, error) {
+	n := req.Count
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 || n > MaxAddMachines {
+		return nil, muster.Errorf(muster.EInvalid, "bad count %d: want 1 to %d", req.Count, MaxAddMachines)
+	}
+	t, err := template(req.Constraints, req.Group, req.Base, req.Placement, req.Storage)
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]muster.MachineTemplate, n)
+	for i := range ts {
+		ts[i] = t
+		ts[i].Storage = append([]muster.StorageDirective(nil), t.Storage...)
+	}
+	return ts, nil
+}
+
+func describeMachine(m muster.Machine) string {
+	parts := []string{"machine " + m.ID + " declared", "base " + m.Base}
+	if !m.Constraints.IsEmpty() {
+		parts = append(parts, "constraints "+m.Constraints.String())
+	}
+	if m.Group != "" {
+		parts = append(parts, "group "+m.Group)
+	}
+	if m.Placement != "" {
+		parts = append(parts, "placement "+m.Placement)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) error {
+	var req RemoveMachinesRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if len(req.IDs) == 0 {
+		return muster.Errorf(muster.EInvalid, "no machine ids given")
+	}
+	ids, err := uniqueIDs(req.IDs)
+	if err != nil {
+		return err
+	}
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	ms, err := s.machinesByID(r.Context(), m, ids)
+	if err != nil {
+		return err
+	}
+	target := muster.LifeDying
+	if req.Force {
+		target = muster.LifeDead
+	}
+	actor := principalOf(r.Context()).actor()
+	var us []muster.MachineUpdate
+	var es []muster.Event
+	for _, mc := range ms {
+		u := muster.MachineUpdate{ID: mc.ID}
+		if mc.Life != target && mc.Life.CanBecome(target) {
+			u.Life = muster.Ptr(target)
+		}
+		if req.KeepInstance && !mc.KeepInstance {
+			u.KeepInstance = muster.Ptr(true)
+		}
+		if u.Life == nil && u.KeepInstance == nil {
+			continue
+		}
+		us = append(us, u)
+		msg := fmt.Sprintf("machine %s marked %s", mc.ID, target)
+		if u.Life == nil {
+			msg = fmt.Sprintf("machine %s already %s", mc.ID, mc.Life)
+		}
+		if req.KeepInstance {
+			msg += ", instance kept"
+		}
+		es = append(es, muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: actor, Kind: "remove-machine", Message: msg})
+	}
+	if len(us) > 0 {
+		if err := s.store.UpdateMachines(r.Context(), m.UUID, us); err != nil {
+			return err
+		}
+	}
+	s.appendEvents(r.Context(), es)
+	writeJSON(w, http.StatusOK, MachineIDs{IDs: ids})
+	return nil
+}
+
+// RetryMessage is the instance message of a machine whose retry was asked for.
+const RetryMessage = "retry requested"
+
+func (s *Server) handleRetryProvisioning(w http.ResponseWriter, r *http.Request) error {
+	var req RetryProvisioningRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.All == (len(req.IDs) > 0) {
+		return muster.Errorf(muster.EInvalid, "give either machine ids or all, not both or neither")
+	}
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	var ms []muster.Machine
+	if req.All {
+		ms, err = s.store.Machines(r.Context(), m.UUID, nil)
+	} else {
+		var ids []string
+		if ids, err = uniqueIDs(req.IDs); err == nil {
+			ms, err = s.machinesByID(r.Context(), m, ids)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	var retry []muster.Machine
+	var notInError []string
+	for _, mc := range ms {
+		if mc.InstanceStatus == muster.InstanceProvisioningError && mc.Life == muster.LifeAlive {
+			retry = append(retry, mc)
+		} else {
+			notInError = append(notInError, mc.ID)
+		}
+	}
+	if !req.All && len(notInError) > 0 {
+		return muster.Errorf(muster.EInvalid, "machine %s is not in provisioning error", strings.Join(notInError, ", "))
+	}
+	actor := principalOf(r.Context()).actor()
+	ids := make([]string, 0, len(retry))
+	us := make([]muster.MachineUpdate, 0, len(retry))
+	es := make([]muster.Event, 0, len(retry))
+	for _, mc := range retry {
+		ids = append(ids, mc.ID)
+		us = append(us, retryUpdate(mc.ID))
+		es = append(es, muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: actor, Kind: "retry",
+			Message: fmt.Sprintf("retry of machine %s requested after: %s", mc.ID, mc.InstanceMessage)})
+	}
+	if len(us) > 0 {
+		if err := s.store.UpdateMachines(r.Context(), m.UUID, us); err != nil {
+			return err
+		}
+	}
+	s.appendEvents(r.Context(), es)
+	writeJSON(w, http.StatusOK, MachineIDs{IDs: ids})
+	return nil
+}
+
+func retryUpdate(id string) muster.MachineUpdate {
+	return muster.MachineUpdate{
+		ID:              id,
+		Status:          muster.Ptr(muster.StatusPending),
+		InstanceStatus:  muster.Ptr(muster.InstanceAllocating),
+		InstanceMessage: muster.Ptr(RetryMessage),
+		AutoRetries:     muster.Ptr(0),
+	}
+}
+
+func (s *Server) handleShowMachine(w http.ResponseWriter, r *http.Request) error {
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	ids, err := uniqueIDs([]string{r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	ms, err := s.machinesByID(r.Context(), m, ids)
+	if err != nil {
+		return err
+	}
+	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0]})
+	if err != nil {
+		return err
+	}
+	if len(es) > ShowMachineEvents {
+		es = es[len(es)-ShowMachineEvents:]
+	}
+	writeJSON(w, http.StatusOK, MachineDetail{Machine: machineInfo(ms[0]), Events: eventInfos(es)})
+	return nil
+}
+
+func machineInfo(m muster.Machine) MachineInfo {
+	mi := MachineInfo{
+		ID:              m.ID,
+		Life:            string(m.Life),
+		Status:          string(m.Status),
+		StatusMessage:   m.StatusMessage,
+		InstanceStatus:  string(m.InstanceStatus),
+		InstanceMessage: m.InstanceMessage,
+		Constraints:     m.Constraints.String(),
+		Base:            m.Base,
+		Group:           m.Group,
+		Placement:       m.Placement,
+		Storage:         []string{},
+		KeepInstance:    m.KeepInstance,
+		Instance:        m.Instance,
+		LaunchToken:     m.LaunchToken,
+		Nonce:           m.Nonce,
+		AutoRetries:     m.AutoRetries,
+		Created:         m.Created,
+		Updated:         m.Updated,
+		Volumes:         []muster.Volume{},
+		Attachments:     []muster.VolumeAttachment{},
+	}
+	for _, sd := range m.Storage {
+		mi.Storage = append(mi.Storage, sd.String())
+	}
+	if !m.NextRetry.IsZero() {
+		mi.NextRetry = muster.Ptr(m.NextRetry)
+	}
+	if m.Instance != nil {
+		mi.Hardware = m.Instance.Hardware.String()
+		if m.Instance.Volumes != nil {
+			mi.Volumes = m.Instance.Volumes
+		}
+		if m.Instance.Attachments != nil {
+			mi.Attachments = m.Instance.Attachments
+		}
+	}
+	return mi
+}
+
+func machineStatus(m muster.Machine) MachineStatus {
+	ms := MachineStatus{
+		Life:            string(m.Life),
+		Status:          string(m.Status),
+		StatusMessage:   m.StatusMessage,
+		InstanceStatus:  string(m.InstanceStatus),
+		InstanceMessage: m.InstanceMessage,
+		Group:           m.Group,
+		Base:            m.Base,
+		Constraints:     m.Constraints.String(),
+		Addresses:       []string{},
+		KeepInstance:    m.KeepInstance,
+	}
+	if m.Instance != nil {
+		ms.InstanceID = m.Instance.InstanceID
+		ms.Zone = instanceZone(m.Instance)
+		ms.Hardware = m.Instance.Hardware.String()
+		if len(m.Instance.Addresses) > 0 {
+			ms.Addresses = m.Instance.Addresses
+		}
+	}
+	return ms
+}
+
+func instanceZone(i *muster.InstanceInfo) string {
+	if i.Zone != "" {
+		return i.Zone
+	}
+	return i.Hardware.AvailabilityZone
+}
+
+// zoneTable counts machines per zone over the provider's zones; zones that
+// machines are in but the provider does not list show as unavailable.
+func (s *Server) zoneTable(ctx context.Context, modelUUID string, ms []muster.Machine) ([]ZoneInfo, error) {
+	var zones []muster.Zone
+	var err error
+	if s.cfg.Zones != nil {
+		zones, err = s.cfg.Zones(ctx, modelUUID)
+	}
+	counts := map[string]int{}
+	for _, m := range ms {
+		if m.Instance != nil {
+			if z := instanceZone(m.Instance); z != "" {
+				counts[z]++
+			}
+		}
+	}
+	out := make([]ZoneInfo, 0, len(zones))
+	listed := map[string]bool{}
+	for _, z := range zones {
+		listed[z.Name] = true
+		out = append(out, ZoneInfo{Name: z.Name, Available: z.Available, Machines: counts[z.Name]})
+	}
+	for z, n := range counts {
+		if !listed[z] {
+			out = append(out, ZoneInfo{Name: z, Machines: n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	ms, err := s.store.Machines(r.Context(), m.UUID, nil)
+	if err != nil {
+		return err
+	}
+	st := Status{
+		Model:       m.Name,
+		Provider:    m.Provider,
+		HarvestMode: string(m.Settings.HarvestMode),
+		Machines:    make(map[string]MachineStatus, len(ms)),
+		Zones:       map[string]ZoneStatus{},
+	}
+	if s.cfg.ProvisionerStatus != nil {
+		st.ProvisionerError = s.cfg.ProvisionerStatus(m.UUID)
+	}
+	for _, mc := range ms {
+		st.Machines[mc.ID] = machineStatus(mc)
+	}
+	zones, err := s.zoneTable(r.Context(), m.UUID, ms)
+	if err != nil {
+		// Status stays useful while the provider is unreachable.
+		s.logger.Warn("list zones for status", "model", m.Name, "err", err)
+	}
+	for _, z := range zones {
+		st.Zones[z.Name] = ZoneStatus{Available: z.Available, Machines: z.Machines}
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (s *Server) handleZones(w http.ResponseWriter, r *http.Request) error {
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	ms, err := s.store.Machines(r.Context(), m.UUID, nil)
+	if err != nil {
+		return err
+	}
+	zones, err := s.zoneTable(r.Context(), m.UUID, ms)
+	if err != nil {
+		if _, ok := asError(err); !ok {
+			err = &muster.Error{Code: muster.EUnavailable, Message: fmt.Sprintf("list zones of model %q: %v", m.Name, err), Err: err}
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, zones)
+	return nil
+}

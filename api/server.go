@@ -1,0 +1,285 @@
+// Package api is muster's HTTPS API: the Server (JSON handlers under /v1/,
+// authentication, the agent endpoints and their heartbeat monitor, the
+// server-sent-event stream, /metrics, and the one table from error code to
+// HTTP status) and the Client the CLI and the agent use to talk to it.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/auth"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Store holds the state; required.
+	Store muster.Store
+	// ControllerUUID names the controller; required.
+	ControllerUUID string
+	// AdminTokenHash is muster.HashSecret of the admin bearer token; required.
+	AdminTokenHash string
+	// Logger; slog.Default() when nil.
+	Logger *slog.Logger
+	// Clock drives heartbeats and stream keepalives; muster.SystemClock when nil.
+	Clock muster.Clock
+
+	// Zones returns a model's provider zones (for status and zones). Nil
+	// means no zones are known.
+	Zones func(ctx context.Context, modelUUID string) ([]muster.Zone, error)
+	// ProvisionerStatus returns "" when the model's provisioner is fine,
+	// else its last error (P20). Nil means always "".
+	ProvisionerStatus func(modelUUID string) string
+	// SimHandler returns the admin API of a model's embedded sim, or nil
+	// when the model has none. It is mounted at /v1/models/{model}/sim/
+	// with that prefix stripped.
+	SimHandler func(modelUUID string) http.Handler
+	// ValidateModel checks a new model's provider and configuration before
+	// it is created. Errors without a code are reported as invalid.
+	ValidateModel func(m muster.Model) error
+	// Metrics is served at /metrics (without authentication) when not nil.
+	Metrics prometheus.Gatherer
+}
+
+// Server is the API's http.Handler. Create it with NewServer, call Start to
+// run its heartbeat monitor and Close to stop it. It is safe for concurrent
+// use.
+type Server struct {
+	cfg    Config
+	store  muster.Store
+	logger *slog.Logger
+	clock  muster.Clock
+	mux    *http.ServeMux
+
+	sessions sync.Map // token hash → *agentSession
+	hb       *heartbeats
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	closing chan struct{} // closed by Close: ends event streams
+}
+
+// NewServer checks cfg and returns a Server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("api server: no store")
+	}
+	if cfg.ControllerUUID == "" {
+		return nil, errors.New("api server: no controller uuid")
+	}
+	if cfg.AdminTokenHash == "" {
+		return nil, errors.New("api server: no admin token hash")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = muster.SystemClock
+	}
+	s := &Server{
+		cfg:     cfg,
+		store:   cfg.Store,
+		logger:  cfg.Logger,
+		clock:   cfg.Clock,
+		closing: make(chan struct{}),
+	}
+	s.hb = newHeartbeats(s)
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	a := s.adminOnly
+	m.Handle("GET /v1/models", a(s.handleModels))
+	m.Handle("POST /v1/models", a(s.handleAddModel))
+	m.Handle("GET /v1/models/{model}", a(s.handleModel))
+	m.Handle("DELETE /v1/models/{model}", a(s.handleRemoveModel))
+	m.Handle("GET /v1/models/{model}/config", a(s.handleModelConfig))
+	m.Handle("PATCH /v1/models/{model}/config", a(s.handleSetModelConfig))
+	m.Handle("POST /v1/models/{model}/machines", a(s.handleAddMachines))
+	m.Handle("GET /v1/models/{model}/machines/{id}", a(s.handleShowMachine))
+	m.Handle("POST /v1/models/{model}/remove-machines", a(s.handleRemoveMachines))
+	m.Handle("POST /v1/models/{model}/retry-provisioning", a(s.handleRetryProvisioning))
+	m.Handle("GET /v1/models/{model}/status", a(s.handleStatus))
+	m.Handle("GET /v1/models/{model}/zones", a(s.handleZones))
+	m.Handle("GET /v1/models/{model}/events", a(s.handleEvents))
+	m.Handle("GET /v1/models/{model}/events/stream", a(s.handleEventStream))
+	m.Handle("POST /v1/models/{model}/apply", a(s.handleApply))
+	m.Handle("/v1/models/{model}/sim/", a(s.handleSim))
+
+	m.Handle("POST /v1/agent/login", http.HandlerFunc(s.handleLogin))
+	ag := s.agentOnly
+	m.Handle("GET /v1/agent/models/{model}/machines/{id}", ag(s.handleAgentMachine))
+	m.Handle("PUT /v1/agent/models/{model}/machines/{id}", ag(s.handleAgentSetMachine))
+	m.Handle("POST /v1/agent/models/{model}/machines/{id}/heartbeat", ag(s.handleHeartbeat))
+
+	if s.cfg.Metrics != nil {
+		m.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slogPromLogger{s.logger}}))
+	}
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, muster.Errorf(muster.ENotFound, "no API endpoint %s %s", r.Method, r.URL.Path))
+	})
+	s.mux = m
+}
+
+type slogPromLogger struct{ l *slog.Logger }
+
+func (p slogPromLogger) Println(v ...any) { p.l.Error("metrics", "err", v) }
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// Start starts the heartbeat monitor (SPEC §4: a machine whose agent
+// misses three heartbeats goes down). It runs until Close.
+func (s *Server) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.hb.run(ctx)
+	}()
+}
+
+// Close stops the heartbeat monitor and ends open event streams. It waits
+// for the monitor to stop.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	select {
+	case <-s.closing:
+	default:
+		close(s.closing)
+	}
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, s.logger, r, err)
+}
+
+// principal is who made a request.
+type principal struct {
+	admin bool
+	agent *agentSession
+}
+
+func (p principal) actor() string {
+	if p.agent != nil {
+		return "agent/" + p.agent.machineID
+	}
+	return "admin"
+}
+
+type principalKey struct{}
+
+func principalOf(ctx context.Context) principal {
+	p, _ := ctx.Value(principalKey{}).(principal)
+	return p
+}
+
+// authenticate finds who presents the request's bearer token.
+func (s *Server) authenticate(r *http.Request) (principal, error) {
+	tok, ok := auth.BearerToken(r)
+	if !ok {
+		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
+	}
+	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
+		return principal{admin: true}, nil
+	}
+	if v, ok := s.sessions.Load(muster.HashSecret(tok)); ok {
+		return principal{agent: v.(*agentSession)}, nil
+	}
+	return principal{}, muster.Errorf(muster.EUnauthorized, "invalid token")
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) adminOnly(h handlerFunc) http.Handler {
+	return s.guard(h, func(p principal) bool { return p.admin })
+}
+
+func (s *Server) agentOnly(h handlerFunc) http.Handler {
+	return s.guard(h, func(p principal) bool { return p.agent != nil })
+}
+
+func (s *Server) guard(h handlerFunc, allowed func(principal) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if !allowed(p) {
+			s.fail(w, r, muster.Errorf(muster.EForbidden, "this token may not use %s %s", r.Method, r.URL.Path))
+			return
+		}
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		if err := h(w, r.WithContext(ctx)); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// model resolves the {model} path value (a name or UUID).
+func (s *Server) model(r *http.Request) (muster.Model, error) {
+	name := r.PathValue("model")
+	if name == "" {
+		return muster.Model{}, muster.Errorf(muster.EInvalid, "no model given")
+	}
+	return s.store.Model(r.Context(), name)
+}
+
+// appendEvents records events; a failure is logged, not returned, because
+// the change they describe is already made.
+func (s *Server) appendEvents(ctx context.Context, es []muster.Event) {
+	if len(es) == 0 {
+		return
+	}
+	if err := s.store.AppendEvents(ctx, es); err != nil {
+		s.logger.Error("append events", "model", es[0].ModelUUID, "kind", es[0].Kind, "err", err)
+	}
+}
+
+func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) error {
+	m, err := s.model(r)
+	if err != nil {
+		return err
+	}
+	var h http.Handler
+	if s.cfg.SimHandler != nil {
+		h = s.cfg.SimHandler(m.UUID)
+	}
+	if h == nil {
+		return muster.Errorf(muster.ENotFound, "model %q has no embedded sim", m.Name)
+	}
+	prefix := "/v1/models/" + r.PathValue("model") + "/sim"
+	if !strings.HasPrefix(r.URL.Path, prefix) {
+		return muster.Errorf(muster.ENotFound, "no API endpoint %s %s", r.Method, r.URL.Path)
+	}
+	r.Header.Del("Authorization")
+	http.StripPrefix(prefix, h).ServeHTTP(w, r)
+	return nil
+}
