@@ -71,11 +71,7 @@ func sweep() {
 	f := make(client.Filters).Add("label", muster.TagController+"="+testController)
 	removeAll(ctx, cli, f)
 	fo := make(client.Filters).Add("label", "muster-test=foreign")
-	if cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: fo}); err == nil {
-		for _, c := range cs.Items {
-			cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-		}
-	}
+	removeAll(ctx, cli, fo)
 	imagesMu.Lock()
 	defer imagesMu.Unlock()
 	for ref := range testImages {

@@ -476,6 +476,9 @@ func (p *Provider) MaxBatch() int { return maxBatch }
 // touched; unknown and foreign ids are ignored. ids must be full container
 // ids or container names: prefixes are ignored.
 func (p *Provider) StopInstances(ctx context.Context, ids ...string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("stop instances: %w", err)
+	}
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)

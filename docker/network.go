@@ -46,7 +46,14 @@ func (p *Provider) zoneNetwork(ctx context.Context, zone string) (zoneNet, error
 		labels := p.ownLabels()
 		labels[LabelZone] = zone
 		name := p.NetworkName(zone)
-		res, err := p.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge", Labels: labels})
+		opts := client.NetworkCreateOptions{Driver: "bridge", Labels: labels}
+		p.mu.Lock()
+		pfx, ok := p.subnets[zone]
+		p.mu.Unlock()
+		if ok {
+			opts.IPAM = &network.IPAM{Driver: "default", Config: []network.IPAMConfig{{Subnet: pfx}}}
+		}
+		res, err := p.cli.NetworkCreate(ctx, name, opts)
 		if err != nil {
 			if ctx.Err() != nil || client.IsErrConnectionFailed(err) {
 				return zoneNet{}, classify(err, "create network "+name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -50,6 +51,10 @@ type Config struct {
 	// Zones are the zone names; default DefaultZones. Each is a Docker
 	// network of its own in bridge mode.
 	Zones []string
+	// Subnets optionally fixes the IPv4 CIDR of zones' networks (zone →
+	// CIDR, e.g. "10.77.1.0/24"); by default the engine picks a free one.
+	// A subnet that overlaps another network makes the zone unavailable.
+	Subnets map[string]string
 	// NetworkMode is NetworkBridge (default) or NetworkHost.
 	NetworkMode string
 	// AgentBinary is the path of the static linux agent binary put into the
@@ -76,6 +81,7 @@ type Provider struct {
 	mu       sync.Mutex
 	engine   *engineInfo
 	networks map[string]zoneNet // zone → network, once known to exist
+	subnets  map[string]netip.Prefix
 	image    *agentImage
 
 	tokenMu sync.Mutex
@@ -110,6 +116,17 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		}
 		seen[z] = true
 	}
+	subnets := map[string]netip.Prefix{}
+	for z, cidr := range cfg.Subnets {
+		if !seen[z] {
+			return nil, muster.Errorf(muster.EInvalid, "docker provider: subnet for unknown zone %q", z)
+		}
+		pfx, err := netip.ParsePrefix(cidr)
+		if err != nil || !pfx.Addr().Is4() || pfx.Bits() > 30 {
+			return nil, muster.Errorf(muster.EInvalid, "docker provider: bad subnet %q for zone %s: want an IPv4 CIDR of at most /30", cidr, z)
+		}
+		subnets[z] = pfx.Masked()
+	}
 	switch cfg.NetworkMode {
 	case "":
 		cfg.NetworkMode = NetworkBridge
@@ -142,6 +159,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		prefix:   "muster-" + short(cfg.ControllerUUID, 8) + "-" + short(cfg.ModelUUID, 8),
 		model8:   short(cfg.ModelUUID, 8),
 		networks: map[string]zoneNet{},
+		subnets:  subnets,
 		tokens:   map[string]*tokenLock{},
 	}
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
@@ -183,6 +201,9 @@ func (p *Provider) hasZone(z string) bool { return slices.Contains(p.cfg.Zones, 
 // Zones lists the configured zones. In bridge mode a zone is available when
 // its network exists or could be created now; in host mode all are.
 func (p *Provider) Zones(ctx context.Context) ([]muster.Zone, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list zones: %w", err)
+	}
 	if _, err := p.engineInfo(ctx); err != nil {
 		return nil, err
 	}
