@@ -2,13 +2,10 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -31,8 +28,10 @@ type Config struct {
 	Spaces []SpaceConfig
 	// Faults are the initial faults of a new cloud; a state file's win.
 	Faults Faults
-	// StateFile, when set, is where the cloud keeps its state (JSON, written
-	// atomically after every change and loaded by Open). The file holds
+	// StateFile, when set, is where the cloud keeps its state and finds it
+	// again at Open: a snapshot (JSON, written to a temporary file and
+	// renamed) followed by one JSON line per change, appended as changes
+	// happen, and replaced by a new snapshot when it has grown. It holds
 	// each instance's start parameters, agent password included, as a real
 	// cloud keeps an instance's user data.
 	StateFile string
@@ -71,23 +70,26 @@ type Cloud struct {
 	logger   *slog.Logger
 	spaces   []SpaceConfig
 
-	mu        sync.Mutex
-	rnd       *rand.Rand
-	zones     []*zone
-	faults    Faults
-	subnets   []*subnet
-	instances map[string]*Instance
-	params    map[string]*muster.StartParams // start params by instance id
-	tokens    map[string]string              // controller/model/token → instance id
-	addrUsed  map[string]bool
-	buckets   map[string]*bucket
-	instBkt   bucket
-	stats     Stats
-	gen       uint64 // bumped by every change to persisted state
+	mu           sync.Mutex
+	rnd          *rand.Rand
+	zones        []*zone
+	faults       Faults
+	subnets      []*subnet
+	instances    map[string]*Instance
+	params       map[string]*muster.StartParams // start params by instance id
+	tokens       map[string]string              // controller/model/token → instance id
+	addrUsed     map[string]bool
+	buckets      map[string]*bucket
+	instBkt      bucket
+	stats        Stats
+	journal      [][]byte // state file records not yet written
+	needSnapshot bool     // a record could not be encoded
 
-	saveMu   sync.Mutex
-	savedGen uint64
-	closed   bool
+	saveMu sync.Mutex
+	out    *os.File // the state file, open for appending
+	logged int      // records appended since the last snapshot
+	broken bool     // an append failed: write a snapshot next
+	closed bool
 
 	saveDelay time.Duration
 	kick      chan struct{}
@@ -217,13 +219,8 @@ func Open(cfg Config) (*Cloud, error) {
 			z.instances++
 			restored = append(restored, &inst)
 		}
-		if loaded.Stats != nil {
-			c.stats = *loaded.Stats
-			fillStats(&c.stats)
-		}
 	}
-	c.gen = 1
-	if err := c.save(); err != nil {
+	if err := c.save(true); err != nil {
 		return nil, err
 	}
 	if c.file != "" && c.saveDelay > 0 {
@@ -247,9 +244,15 @@ func (c *Cloud) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.quit)
 		c.saver.Wait()
-		c.closeErr = c.save()
+		c.closeErr = c.save(false)
 		c.saveMu.Lock()
 		c.closed = true
+		if c.out != nil {
+			if err := c.out.Close(); err != nil && c.closeErr == nil {
+				c.closeErr = fmt.Errorf("sim: close state file: %w", err)
+			}
+			c.out = nil
+		}
 		c.saveMu.Unlock()
 	})
 	return c.closeErr
@@ -271,7 +274,7 @@ func (c *Cloud) saveLoop() {
 			return
 		case <-t.C():
 		}
-		if err := c.save(); err != nil {
+		if err := c.save(false); err != nil {
 			c.logger.Warn("sim state not saved", "file", c.file, "err", err)
 		}
 	}
@@ -520,7 +523,7 @@ func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Insta
 		} else {
 			c.faults.FailNext[z.Name] = n - 1
 		}
-		c.gen++
+		c.logConfig()
 		return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
 	}
 	if rate := c.faults.ZoneErrorRate[z.Name]; rate > 0 && c.rnd.Float64() < rate {
@@ -604,7 +607,7 @@ func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Insta
 	z.used += it.Cores
 	z.instances++
 	c.stats.InstancesStarted++
-	c.gen++
+	c.logPut(inst)
 	return inst, true, nil
 }
 
@@ -738,7 +741,7 @@ func (c *Cloud) removeLocked(inst *Instance) {
 		z.instances--
 	}
 	c.stats.InstancesStopped++
-	c.gen++
+	c.logDel(inst.ID)
 }
 
 // list returns the listed instances of controller and model.
@@ -897,7 +900,7 @@ func (c *Cloud) SetZone(name string, u ZoneUpdate) (ZoneState, error) {
 	if u.Capacity != nil {
 		z.Capacity = *u.Capacity
 	}
-	c.gen++
+	c.logConfig()
 	c.mu.Unlock()
 	c.persist()
 	for _, zs := range c.Zones() {
@@ -923,7 +926,7 @@ func (c *Cloud) SetFaults(f Faults) error {
 	}
 	c.mu.Lock()
 	c.faults = cloneFaults(f)
-	c.gen++
+	c.logConfig()
 	c.mu.Unlock()
 	c.persist()
 	return nil
@@ -947,7 +950,7 @@ func (c *Cloud) FailNext(zone string, n int) error {
 	} else {
 		c.faults.FailNext[zone] = n
 	}
-	c.gen++
+	c.logConfig()
 	c.mu.Unlock()
 	c.persist()
 	return nil
@@ -1103,7 +1106,7 @@ func (c *Cloud) CreateInstance(n NewInstance) (Instance, error) {
 	}
 	z.used += it.Cores
 	z.instances++
-	c.gen++
+	c.logPut(inst)
 	out := cloneInstance(inst)
 	c.mu.Unlock()
 	c.persist()
@@ -1169,110 +1172,4 @@ func fillStats(s *Stats) {
 	if s.Errors == nil {
 		s.Errors = map[string]int64{}
 	}
-}
-
-// state is the state file's content.
-type state struct {
-	Version   int                 `json:"version"`
-	Zones     []ZoneConfig        `json:"zones"`
-	Faults    Faults              `json:"faults"`
-	Instances []persistedInstance `json:"instances"`
-	Stats     *Stats              `json:"stats,omitempty"`
-}
-
-type persistedInstance struct {
-	Instance
-	Params *muster.StartParams `json:"params,omitempty"`
-}
-
-func readState(path string) (*state, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sim: read state: %w", err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, muster.Errorf(muster.EInvalid, "sim: state file %s is not valid: %v", path, err)
-	}
-	return &st, nil
-}
-
-// persist saves the state, logging rather than returning a failure: the
-// change it records has happened in the cloud either way.
-func (c *Cloud) persist() {
-	if c.file == "" {
-		return
-	}
-	if c.saveDelay > 0 {
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
-		return
-	}
-	if err := c.save(); err != nil {
-		c.logger.Warn("sim state not saved", "file", c.file, "err", err)
-	}
-}
-
-// save writes the state file if it is behind. Callers that arrive while a
-// write is in progress wait for it and then find their change written by
-// the next, so concurrent changes share writes.
-func (c *Cloud) save() error {
-	if c.file == "" {
-		return nil
-	}
-	c.saveMu.Lock()
-	defer c.saveMu.Unlock()
-	if c.closed {
-		return nil
-	}
-	c.mu.Lock()
-	gen := c.gen
-	if gen == c.savedGen {
-		c.mu.Unlock()
-		return nil
-	}
-	st := state{Version: 1, Faults: cloneFaults(c.faults)}
-	for _, z := range c.zones {
-		st.Zones = append(st.Zones, z.ZoneConfig)
-	}
-	for _, inst := range c.sortedLocked() {
-		st.Instances = append(st.Instances, persistedInstance{Instance: *inst, Params: c.params[inst.ID]})
-	}
-	stats := c.stats
-	st.Stats = &stats
-	b, err := json.Marshal(st)
-	c.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("sim: encode state: %w", err)
-	}
-	if err := writeFileAtomic(c.file, b); err != nil {
-		return err
-	}
-	c.savedGen = gen
-	return nil
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("sim: write state: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("sim: write state: %w", err)
-	}
-	return nil
 }

@@ -702,20 +702,44 @@ func TestClientUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
-// instancesInFile counts the instances in a state file.
+// instancesInFile counts the instances in a state file: those of the
+// snapshot on its first line, plus those put, less those deleted, by the
+// records after it.
 func instancesInFile(tb testing.TB, file string) int {
 	tb.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	var st struct {
-		Instances []json.RawMessage `json:"instances"`
+		Instances []struct {
+			ID string `json:"id"`
+		} `json:"instances"`
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
+	if err := json.Unmarshal([]byte(lines[0]), &st); err != nil {
 		tb.Fatal(err)
 	}
-	return len(st.Instances)
+	ids := map[string]bool{}
+	for _, in := range st.Instances {
+		ids[in.ID] = true
+	}
+	for _, l := range lines[1:] {
+		var rec struct {
+			Put *struct {
+				ID string `json:"id"`
+			} `json:"put"`
+			Del string `json:"del"`
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			tb.Fatal(err)
+		}
+		if rec.Put != nil {
+			ids[rec.Put.ID] = true
+		}
+		delete(ids, rec.Del)
+	}
+	return len(ids)
 }
 
 func TestSaveDelayBatchesWrites(t *testing.T) {
@@ -748,5 +772,64 @@ func TestSaveDelayBatchesWrites(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestStateFileJournal(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	c := openCloud(t, sim.Config{Clock: newClock(), StateFile: file})
+	p := c.Provider(testController, testModel)
+	ctx := context.Background()
+	kept := mustStart(t, p, startParams("keep", "a"))
+	for i := 0; i < 1500; i++ {
+		res := mustStart(t, p, muster.StartParams{Zone: "b"})
+		if err := p.StopInstances(ctx, res.Instance.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines > 1100 {
+		t.Errorf("state file has %d lines after 3000 changes, want it compacted (at most 1100)", lines)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name    string
+		tail    string
+		wantErr bool
+	}{
+		{"torn last line ignored", `{"put":{"id":"i-torn","zo`, false},
+		{"bad line in the middle", "{nonsense}\n{\"del\":\"x\"}\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f2 := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(f2, append(append([]byte(nil), b...), tt.tail...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c2, err := sim.Open(sim.Config{StateFile: f2})
+			if tt.wantErr {
+				if muster.ErrorCode(err) != muster.EInvalid {
+					t.Fatalf("got %v, want an invalid error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			all := c2.AllInstances()
+			if len(all) != 1 || all[0].ID != kept.Instance.ID {
+				t.Fatalf("got %d instances, want only %s", len(all), kept.Instance.ID)
+			}
+			if zs := c2.Zones(); zs[0].Used != 1 || zs[1].Used != 0 {
+				t.Errorf("got zones %+v, want 1 core used in a, none in b", zs)
+			}
+		})
 	}
 }

@@ -1,0 +1,268 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/musterhq/muster"
+)
+
+// The state file is a snapshot line followed by record lines. Appending a
+// line per change keeps the cost of a change independent of the number of
+// instances; the file is compacted into a new snapshot once the records
+// outnumber the instances.
+
+// state is the snapshot, the first line of the state file.
+type state struct {
+	Version   int                 `json:"version"`
+	Zones     []ZoneConfig        `json:"zones"`
+	Faults    Faults              `json:"faults"`
+	Instances []persistedInstance `json:"instances"`
+}
+
+const stateVersion = 2
+
+// record is one change, a line after the snapshot.
+type record struct {
+	Put    *persistedInstance `json:"put,omitempty"`
+	Del    string             `json:"del,omitempty"`
+	Config *config            `json:"config,omitempty"`
+}
+
+type config struct {
+	Zones  []ZoneConfig `json:"zones"`
+	Faults Faults       `json:"faults"`
+}
+
+type persistedInstance struct {
+	Instance
+	Params *muster.StartParams `json:"params,omitempty"`
+}
+
+// readState reads a state file and replays its records; nil when there is
+// no file. A torn last line (a crash while appending) is ignored.
+func readState(path string) (*state, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sim: read state: %w", err)
+	}
+	defer f.Close()
+	bad := func(format string, args ...any) error {
+		return muster.Errorf(muster.EInvalid, "sim: state file %s is not valid: %s", path, fmt.Sprintf(format, args...))
+	}
+	r := bufio.NewReader(f)
+	first, err := r.ReadBytes('\n')
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("sim: read state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(first, &st); err != nil {
+		return nil, bad("%v", err)
+	}
+	if st.Version != stateVersion {
+		return nil, bad("version %d, want %d", st.Version, stateVersion)
+	}
+	order := []string{}
+	insts := map[string]persistedInstance{}
+	for _, pi := range st.Instances {
+		if _, ok := insts[pi.ID]; !ok {
+			order = append(order, pi.ID)
+		}
+		insts[pi.ID] = pi
+	}
+	for line := 2; ; line++ {
+		b, err := r.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("sim: read state: %w", err)
+		}
+		if len(bytes.TrimSpace(b)) == 0 && err == io.EOF {
+			break
+		}
+		var rec record
+		if jerr := json.Unmarshal(b, &rec); jerr != nil {
+			if err == io.EOF {
+				break // torn last line
+			}
+			return nil, bad("line %d: %v", line, jerr)
+		}
+		switch {
+		case rec.Put != nil:
+			if _, ok := insts[rec.Put.ID]; !ok {
+				order = append(order, rec.Put.ID)
+			}
+			insts[rec.Put.ID] = *rec.Put
+		case rec.Del != "":
+			delete(insts, rec.Del)
+		case rec.Config != nil:
+			st.Zones, st.Faults = rec.Config.Zones, rec.Config.Faults
+		default:
+			return nil, bad("line %d: empty record", line)
+		}
+		if err == io.EOF {
+			break
+		}
+	}
+	st.Instances = st.Instances[:0]
+	for _, id := range order {
+		if pi, ok := insts[id]; ok {
+			st.Instances = append(st.Instances, pi)
+			delete(insts, id)
+		}
+	}
+	return &st, nil
+}
+
+// logPut, logDel and logConfig queue a record of a change; c.mu is held.
+func (c *Cloud) logPut(inst *Instance) {
+	if c.file != "" {
+		c.logRecord(record{Put: &persistedInstance{Instance: *inst, Params: c.params[inst.ID]}})
+	}
+}
+
+func (c *Cloud) logDel(id string) {
+	if c.file != "" {
+		c.logRecord(record{Del: id})
+	}
+}
+
+func (c *Cloud) logConfig() {
+	if c.file != "" {
+		c.logRecord(record{Config: c.configLocked()})
+	}
+}
+
+func (c *Cloud) configLocked() *config {
+	cfg := &config{Faults: cloneFaults(c.faults)}
+	for _, z := range c.zones {
+		cfg.Zones = append(cfg.Zones, z.ZoneConfig)
+	}
+	return cfg
+}
+
+func (c *Cloud) logRecord(r record) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Cannot happen for these types; a snapshot will catch up.
+		c.logger.Warn("sim state record not encoded", "err", err)
+		c.needSnapshot = true
+		return
+	}
+	c.journal = append(c.journal, append(b, '\n'))
+}
+
+// persist saves the state, logging rather than returning a failure: the
+// change it records has happened in the cloud either way.
+func (c *Cloud) persist() {
+	if c.file == "" {
+		return
+	}
+	if c.saveDelay > 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if err := c.save(false); err != nil {
+		c.logger.Warn("sim state not saved", "file", c.file, "err", err)
+	}
+}
+
+// save appends the queued records to the state file, or writes a new
+// snapshot when forced, when the records have grown past the instances or
+// after a failed append. Callers that arrive while a write is in progress
+// wait for it and find their records written by the next, so concurrent
+// changes share writes.
+func (c *Cloud) save(force bool) error {
+	if c.file == "" {
+		return nil
+	}
+	c.saveMu.Lock()
+	defer c.saveMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.mu.Lock()
+	if len(c.journal) == 0 && !force && !c.broken && !c.needSnapshot {
+		c.mu.Unlock()
+		return nil
+	}
+	if force || c.broken || c.needSnapshot || c.out == nil || c.logged+len(c.journal) > max(1024, 2*len(c.instances)) {
+		st := state{Version: stateVersion, Instances: []persistedInstance{}}
+		cfg := c.configLocked()
+		st.Zones, st.Faults = cfg.Zones, cfg.Faults
+		for _, inst := range c.sortedLocked() {
+			st.Instances = append(st.Instances, persistedInstance{Instance: *inst, Params: c.params[inst.ID]})
+		}
+		c.journal, c.needSnapshot = nil, false
+		b, err := json.Marshal(st)
+		c.mu.Unlock()
+		if err != nil {
+			c.broken = true
+			return fmt.Errorf("sim: encode state: %w", err)
+		}
+		return c.writeSnapshot(append(b, '\n'))
+	}
+	var buf bytes.Buffer
+	for _, b := range c.journal {
+		buf.Write(b)
+	}
+	n := len(c.journal)
+	c.journal = nil
+	c.mu.Unlock()
+	if _, err := c.out.Write(buf.Bytes()); err != nil {
+		c.broken = true
+		return fmt.Errorf("sim: append to state file: %w", err)
+	}
+	c.logged += n
+	return nil
+}
+
+// writeSnapshot replaces the state file with b and reopens it for
+// appending; c.saveMu is held.
+func (c *Cloud) writeSnapshot(b []byte) error {
+	if c.out != nil {
+		c.out.Close()
+		c.out = nil
+	}
+	if err := writeFileAtomic(c.file, b); err != nil {
+		c.broken = true
+		return err
+	}
+	f, err := os.OpenFile(c.file, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		c.broken = true
+		return fmt.Errorf("sim: open state file: %w", err)
+	}
+	c.out, c.logged, c.broken = f, 0, false
+	return nil
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("sim: write state: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("sim: write state: %w", err)
+	}
+	return nil
+}
