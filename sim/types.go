@@ -219,3 +219,13 @@ func copyTags(m map[string]string) map[string]string {
 	}
 	return out
 }
+
+// ZoneConfigs returns available zones of Unlimited capacity with the names
+// given, for Config.Zones.
+func ZoneConfigs(names ...string) []ZoneConfig {
+	out := make([]ZoneConfig, 0, len(names))
+	for _, n := range names {
+		out = append(out, ZoneConfig{Name: n, Available: true, Capacity: Unlimited})
+	}
+	return out
+}
