@@ -322,10 +322,13 @@ type Client struct {
 }
 
 // NewClient returns a client of the sim server at baseURL (e.g.
-// "http://127.0.0.1:7070"); a nil httpClient means http.DefaultClient.
+// "http://127.0.0.1:7070"); a nil httpClient means one that keeps up to
+// 256 idle connections to the server, for many concurrent calls.
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
-		httpClient = http.DefaultClient
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 256
+		httpClient = &http.Client{Transport: tr}
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: httpClient}
 }
