@@ -326,9 +326,12 @@ type Client struct {
 // 256 idle connections to the server, for many concurrent calls.
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 256
-		httpClient = &http.Client{Transport: tr}
+		httpClient = &http.Client{}
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			tr := dt.Clone()
+			tr.MaxIdleConnsPerHost = 256
+			httpClient.Transport = tr
+		}
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: httpClient}
 }
