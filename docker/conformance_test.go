@@ -21,10 +21,11 @@ import (
 )
 
 func TestProviderConformance(t *testing.T) {
-	requireDocker(t)
+	parallelDocker(t)
 	providertest.Run(t, func(tb testing.TB) providertest.Fixture {
+		parallelDocker(tb)
 		proxy := newSlowProxy(tb)
-		p := newProvider(tb, func(c *Config) { c.Host = proxy.host })
+		p := newProvider(tb, func(c *Config) { c.Host = proxy.host; c.Zones = []string{"a", "b"} })
 		ei, err := p.engineInfo(testContext(tb))
 		if err != nil {
 			tb.Fatal(err)
@@ -72,7 +73,7 @@ func exhaustZone(tb testing.TB, p *Provider, zone string) {
 // network holds: the zone is unavailable and starts there fail with a
 // capacity error of that zone.
 func TestZoneWithoutAddressSpace(t *testing.T) {
-	requireDocker(t)
+	parallelDocker(t)
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)

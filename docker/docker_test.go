@@ -18,6 +18,7 @@ import (
 )
 
 func TestZonesHaveTheirOwnNetworks(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 
@@ -88,6 +89,7 @@ func TestZonesHaveTheirOwnNetworks(t *testing.T) {
 }
 
 func TestStartLabelsConfigAndListing(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	sp := params(p, "7", "b")
@@ -156,6 +158,7 @@ func TestStartLabelsConfigAndListing(t *testing.T) {
 }
 
 func TestStartIsIdempotentByLaunchToken(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	sp := params(p, "1", "a")
@@ -200,6 +203,7 @@ func TestStartIsIdempotentByLaunchToken(t *testing.T) {
 }
 
 func TestStartResumesContainerCreatedButNotStarted(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	sp := params(p, "3", "a")
@@ -223,6 +227,7 @@ func TestStartResumesContainerCreatedButNotStarted(t *testing.T) {
 }
 
 func TestForeignContainersAreNeverTouched(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	own := mustStart(t, p, params(p, "0", "a"))
@@ -299,6 +304,7 @@ func TestForeignContainersAreNeverTouched(t *testing.T) {
 }
 
 func TestConstraintsBecomeLimits(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	sp := params(p, "4", "c")
@@ -320,6 +326,7 @@ func TestConstraintsBecomeLimits(t *testing.T) {
 }
 
 func TestBadStartsAreZoneIndependentAndLeaveNothing(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	ei, err := p.engineInfo(ctx)
@@ -365,6 +372,7 @@ func TestBadStartsAreZoneIndependentAndLeaveNothing(t *testing.T) {
 }
 
 func TestVolumesLiveAndDieWithTheContainer(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	sp := params(p, "6", "a")
@@ -405,6 +413,7 @@ func TestVolumesLiveAndDieWithTheContainer(t *testing.T) {
 }
 
 func TestImageIsBuiltOncePerBinary(t *testing.T) {
+	parallelDocker(t)
 	bin := uniqueBinary(t)
 	p1 := newProvider(t, func(c *Config) { c.AgentBinary = bin })
 	ctx := testContext(t)
@@ -438,7 +447,7 @@ func TestImageIsBuiltOncePerBinary(t *testing.T) {
 }
 
 func TestAgentBinaryMustBeStatic(t *testing.T) {
-	requireDocker(t)
+	parallelDocker(t)
 	tests := []struct{ name, binary string }{
 		{"dynamic", "/bin/sh"},
 		{"not elf", "testdata/sleeper/main.go"},
@@ -456,6 +465,7 @@ func TestAgentBinaryMustBeStatic(t *testing.T) {
 }
 
 func TestHostNetworkMode(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, func(c *Config) { c.NetworkMode = NetworkHost; c.Zones = []string{"x", "y"} })
 	ctx := testContext(t)
 	res := mustStart(t, p, params(p, "0", "y"))
@@ -475,6 +485,7 @@ func TestHostNetworkMode(t *testing.T) {
 }
 
 func TestCancelledStartLeavesNothing(t *testing.T) {
+	parallelDocker(t)
 	p := newProvider(t, nil)
 	if _, err := p.EnsureImage(testContext(t)); err != nil {
 		t.Fatal(err)

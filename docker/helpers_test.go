@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,6 +37,12 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		if !dockerEnabled() {
 			return m.Run()
+		}
+		// The tests mostly wait on the engine: run more of them at once
+		// than there are CPUs, unless told otherwise.
+		flag.Parse()
+		if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() == f.DefValue {
+			flag.Set("test.parallel", "6")
 		}
 		dir, err := os.MkdirTemp("", "muster-docker-test-")
 		if err != nil {
@@ -117,6 +124,16 @@ func requireDocker(tb testing.TB) {
 	tb.Helper()
 	if !dockerEnabled() {
 		tb.Skip("set MUSTER_TEST_DOCKER=1 to run the tests against the local Docker Engine")
+	}
+}
+
+// parallelDocker skips tb without Docker and otherwise runs it in parallel
+// with the other Docker tests: they wait on the engine, not the CPU.
+func parallelDocker(tb testing.TB) {
+	tb.Helper()
+	requireDocker(tb)
+	if t, ok := tb.(*testing.T); ok {
+		t.Parallel()
 	}
 }
 
