@@ -37,6 +37,7 @@ type startResult struct {
 	inst    *muster.Instance // the recorded instance
 	stopped string           // an instance started and stopped at once (P11, P13)
 	err     error            // the provisioning error, if any
+	retryAt time.Time        // when an automatic retry is due (P16); zero = none
 	aborted bool             // shutdown: nothing was recorded
 }
 
@@ -173,6 +174,10 @@ func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) erro
 	}
 	if r.stopped != "" {
 		p.viewRemove(r.stopped)
+	}
+	if !r.retryAt.IsZero() && !st.deferred {
+		p.retryAt[id] = retryEntry{at: r.retryAt, n: r.job.autoRetries}
+		p.armRetry()
 	}
 	if st.deferred {
 		st.deferred = false
@@ -362,6 +367,7 @@ func (p *Provisioner) fail(ctx context.Context, j *startJob, cause error) startR
 	if muster.ProviderErrorKindOf(cause).Retryable() {
 		t := p.clock.Now().Add(p.autoRetryDelay(s, j.autoRetries))
 		next = &t
+		r.retryAt = t
 	}
 	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{failureUpdate(j.id, msg, next)}); err != nil &&
 		!muster.IsCode(err, muster.ENotFound) && ctx.Err() == nil {

@@ -1,0 +1,427 @@
+package provisioner_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/internal/fakeclock"
+	"github.com/musterhq/muster/provisioner"
+	"github.com/musterhq/muster/sim"
+	"github.com/musterhq/muster/sqlstore"
+)
+
+const controllerUUID = "c0ffee00-0000-4000-8000-000000000000"
+
+// recProvider wraps the real sim provider to record and, where a test
+// asks, block or fail calls. It deliberately offers no batch start.
+type recProvider struct {
+	p *sim.Provider
+
+	mu     sync.Mutex
+	starts []muster.StartParams // every StartInstance call, in order
+	stops  [][]string           // every StopInstances call
+	lists  int
+
+	// Hooks, set before the provisioner runs or under mu.
+	beforeStart func(ctx context.Context, sp muster.StartParams) error
+	afterStart  func(ctx context.Context, sp muster.StartParams, r muster.StartResult, err error) (muster.StartResult, error)
+	beforeStop  func(ctx context.Context, ids []string) error
+}
+
+var (
+	_ muster.Provider   = (*recProvider)(nil)
+	_ muster.Networking = (*recProvider)(nil)
+)
+
+func (r *recProvider) StartInstance(ctx context.Context, sp muster.StartParams) (muster.StartResult, error) {
+	r.mu.Lock()
+	r.starts = append(r.starts, sp)
+	before, after := r.beforeStart, r.afterStart
+	r.mu.Unlock()
+	if before != nil {
+		if err := before(ctx, sp); err != nil {
+			return muster.StartResult{}, err
+		}
+	}
+	res, err := r.p.StartInstance(ctx, sp)
+	if after != nil {
+		return after(ctx, sp, res, err)
+	}
+	return res, err
+}
+
+func (r *recProvider) StopInstances(ctx context.Context, ids ...string) error {
+	r.mu.Lock()
+	r.stops = append(r.stops, append([]string(nil), ids...))
+	before := r.beforeStop
+	r.mu.Unlock()
+	if before != nil {
+		if err := before(ctx, ids); err != nil {
+			return err
+		}
+	}
+	return r.p.StopInstances(ctx, ids...)
+}
+
+func (r *recProvider) Instances(ctx context.Context) ([]muster.Instance, error) {
+	r.mu.Lock()
+	r.lists++
+	r.mu.Unlock()
+	return r.p.Instances(ctx)
+}
+
+func (r *recProvider) Zones(ctx context.Context) ([]muster.Zone, error) { return r.p.Zones(ctx) }
+
+func (r *recProvider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]string, error) {
+	return r.p.DeriveZones(ctx, sp)
+}
+
+func (r *recProvider) Subnets(ctx context.Context) ([]muster.Subnet, error) { return r.p.Subnets(ctx) }
+
+func (r *recProvider) startCalls() []muster.StartParams {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]muster.StartParams(nil), r.starts...)
+}
+
+func (r *recProvider) stopCalls() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]string(nil), r.stops...)
+}
+
+func (r *recProvider) listCalls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lists
+}
+
+func (r *recProvider) setHooks(fn func(r *recProvider)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn(r)
+}
+
+// binaries is an agent binary catalogue with amd64 only.
+type binaries struct{ arches []string }
+
+func (b binaries) FindAgentBinaries(_ context.Context, version, os, arch string) ([]muster.AgentBinary, error) {
+	for _, a := range b.arches {
+		if a == arch {
+			return []muster.AgentBinary{{Version: version, OS: os, Arch: arch, URL: "https://example.invalid/muster-" + arch}}, nil
+		}
+	}
+	return nil, muster.Errorf(muster.ENotFound, "no agent binaries for %s/%s", os, arch)
+}
+
+// harness is a real sqlstore in a temp dir, a real in-process sim, a fake
+// clock, and a provisioner that can be started and stopped.
+type harness struct {
+	tb       testing.TB
+	ctx      context.Context
+	clock    *fakeclock.Clock
+	store    *sqlstore.Store
+	cloud    *sim.Cloud
+	prov     *recProvider
+	model    muster.Model
+	binaries muster.AgentBinaryFinder
+	store2   provisioner.Store // the store the provisioner uses; default store
+
+	cancel context.CancelFunc
+	done   chan error
+	p      *provisioner.Provisioner
+}
+
+type harnessOpt func(*harnessConfig)
+
+type harnessConfig struct {
+	zones    []sim.ZoneConfig
+	settings func(*muster.Settings)
+	faults   sim.Faults
+}
+
+func withZones(names ...string) harnessOpt {
+	return func(c *harnessConfig) {
+		c.zones = nil
+		for _, n := range names {
+			c.zones = append(c.zones, sim.ZoneConfig{Name: n, Available: true, Capacity: sim.Unlimited})
+		}
+	}
+}
+
+func withSettings(fn func(*muster.Settings)) harnessOpt {
+	return func(c *harnessConfig) { c.settings = fn }
+}
+
+func withFaults(f sim.Faults) harnessOpt { return func(c *harnessConfig) { c.faults = f } }
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
+	tb.Helper()
+	cfg := harnessConfig{}
+	withZones("a", "b", "c")(&cfg)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	clk := fakeclock.New(epoch)
+	discard := slog.New(slog.DiscardHandler)
+	st, err := sqlstore.Open(ctx, filepath.Join(tb.TempDir(), "muster.db"), sqlstore.WithClock(clk), sqlstore.WithLogger(discard),
+		sqlstore.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	s := muster.DefaultSettings()
+	s.RateLimitRate = 100000
+	s.RateLimitBurst = 100000
+	s.SimAgents = false
+	if cfg.settings != nil {
+		cfg.settings(&s)
+	}
+	m, err := st.CreateModel(ctx, muster.Model{Name: "default", Provider: "sim", Settings: s})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cloud, err := sim.Open(sim.Config{Clock: clk, Zones: cfg.zones, Faults: cfg.faults, Seed: 7, Logger: discard})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cloud.Close() })
+	h := &harness{
+		tb: tb, ctx: ctx, clock: clk, store: st, cloud: cloud, model: m,
+		prov:     &recProvider{p: cloud.Provider(controllerUUID, m.UUID)},
+		binaries: binaries{arches: []string{"amd64"}},
+	}
+	h.store2 = st
+	tb.Cleanup(h.stop)
+	return h
+}
+
+// start runs a provisioner (a new one each time, as after a restart).
+func (h *harness) start() {
+	h.tb.Helper()
+	if h.cancel != nil {
+		h.tb.Fatal("provisioner already running")
+	}
+	m, err := h.store.Model(h.ctx, h.model.UUID)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	p, err := provisioner.New(provisioner.Config{
+		ControllerUUID: controllerUUID,
+		Model:          m,
+		Store:          h.store2,
+		Provider:       h.prov,
+		AgentBinaries:  h.binaries,
+		Clock:          h.clock,
+		APIAddresses:   []string{"127.0.0.1:17070"},
+	})
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	h.cancel, h.done, h.p = cancel, make(chan error, 1), p
+	go func() { h.done <- p.Run(ctx) }()
+}
+
+// stop cancels the provisioner and checks it returns promptly (P21).
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.tb.Errorf("Run returned %v, want nil after cancel", err)
+		}
+	case <-time.After(5 * time.Second):
+		h.tb.Errorf("Run did not return within 5s of cancel (P21)")
+	}
+	h.cancel = nil
+}
+
+// waitFor polls cond in real time (the engine runs in goroutines) for up
+// to 10s.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// advanceUntil moves the fake clock on in steps until cond holds.
+func (h *harness) advanceUntil(what string, step time.Duration, cond func() bool) {
+	h.tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.tb.Fatalf("timed out advancing the clock until %s", what)
+		}
+		h.clock.Advance(step)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// settle gives the engine a moment of real time to do anything it would
+// still do, for assertions that something does NOT happen.
+func (h *harness) settle() { time.Sleep(150 * time.Millisecond) }
+
+func (h *harness) add(n int, t muster.MachineTemplate) []muster.Machine {
+	h.tb.Helper()
+	ts := make([]muster.MachineTemplate, n)
+	for i := range ts {
+		ts[i] = t
+	}
+	ms, err := h.store.AddMachines(h.ctx, h.model.UUID, ts)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return ms
+}
+
+func (h *harness) machine(id string) muster.Machine {
+	h.tb.Helper()
+	m, err := h.store.Machine(h.ctx, h.model.UUID, id)
+	if err != nil {
+		h.tb.Fatalf("machine %s: %v", id, err)
+	}
+	return m
+}
+
+func (h *harness) exists(id string) bool {
+	_, err := h.store.Machine(h.ctx, h.model.UUID, id)
+	if err != nil && !muster.IsCode(err, muster.ENotFound) {
+		h.tb.Fatal(err)
+	}
+	return err == nil
+}
+
+func (h *harness) update(us ...muster.MachineUpdate) {
+	h.tb.Helper()
+	if err := h.store.UpdateMachines(h.ctx, h.model.UUID, us); err != nil {
+		h.tb.Fatal(err)
+	}
+}
+
+func (h *harness) setSettings(fn func(*muster.Settings)) {
+	h.tb.Helper()
+	m, err := h.store.Model(h.ctx, h.model.UUID)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	s := m.Settings
+	fn(&s)
+	if err := h.store.UpdateModelSettings(h.ctx, h.model.UUID, s); err != nil {
+		h.tb.Fatal(err)
+	}
+}
+
+func (h *harness) makeDead(ids ...string) {
+	h.tb.Helper()
+	for _, id := range ids {
+		h.update(muster.MachineUpdate{ID: id, Life: muster.Ptr(muster.LifeDead)})
+	}
+}
+
+func (h *harness) running(id string) func() bool {
+	return func() bool {
+		m, err := h.store.Machine(h.ctx, h.model.UUID, id)
+		return err == nil && m.HasInstance() && m.InstanceStatus == muster.InstanceRunning
+	}
+}
+
+func (h *harness) instStatus(id string, want muster.InstanceStatus) func() bool {
+	return func() bool {
+		m, err := h.store.Machine(h.ctx, h.model.UUID, id)
+		return err == nil && m.InstanceStatus == want
+	}
+}
+
+// firstPassDone waits until the provisioner has listed the instances n
+// times in total.
+func (h *harness) listed(n int) {
+	h.tb.Helper()
+	h.waitFor(fmt.Sprintf("%d listings", n), func() bool { return h.prov.listCalls() >= n })
+}
+
+// cloudInstances returns this model's instances in the sim by id.
+func (h *harness) cloudInstances() map[string]sim.Instance {
+	out := map[string]sim.Instance{}
+	for _, i := range h.cloud.AllInstances() {
+		if i.Model() == h.model.UUID {
+			out[i.ID] = i
+		}
+	}
+	return out
+}
+
+// byMachine returns the sim instance ids tagged with each machine.
+func (h *harness) byMachine() map[string][]string {
+	out := map[string][]string{}
+	for _, i := range h.cloudInstances() {
+		out[i.Tags[muster.TagMachine]] = append(out[i.Tags[muster.TagMachine]], i.ID)
+	}
+	for _, ids := range out {
+		sort.Strings(ids)
+	}
+	return out
+}
+
+func (h *harness) events(machineID string) []muster.Event {
+	h.tb.Helper()
+	evs, err := h.store.Events(h.ctx, h.model.UUID, muster.EventFilter{MachineID: machineID})
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return evs
+}
+
+func startsFor(calls []muster.StartParams, id string) []muster.StartParams {
+	var out []muster.StartParams
+	for _, c := range calls {
+		if c.MachineID == id {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func zonesOf(calls []muster.StartParams) []string {
+	var out []string
+	for _, c := range calls {
+		out = append(out, c.Zone)
+	}
+	return out
+}
+
+func countStopped(stops [][]string) int {
+	n := 0
+	for _, s := range stops {
+		n += len(s)
+	}
+	return n
+}
+
+// resync moves the clock on until the provisioner has made another full
+// pass (P19) and finished it.
+func (h *harness) resync() {
+	h.tb.Helper()
+	n := h.prov.listCalls()
+	h.advanceUntil("a full pass", h.model.Settings.ResyncInterval/4, func() bool { return h.prov.listCalls() > n })
+	h.settle()
+}
