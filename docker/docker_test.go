@@ -2,9 +2,12 @@ package docker
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -608,5 +611,43 @@ func TestNames(t *testing.T) {
 	}
 	if !strings.HasPrefix(dockerfile, "FROM scratch\n") {
 		t.Errorf("dockerfile: got %q", dockerfile)
+	}
+}
+
+// TestAgentReachesHostOnGateway shows how agents reach a controller on the
+// host: the test listens on a zone network's gateway address (a private
+// bridge address of this host), and the container, told that address in
+// its config, connects to it.
+func TestAgentReachesHostOnGateway(t *testing.T) {
+	parallelDocker(t)
+	p := newProvider(t, func(c *Config) { c.Zones = []string{"a", "b"} })
+	ctx := testContext(t)
+	gws, err := p.GatewayAddresses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gws) != 2 {
+		t.Fatalf("gateways: got %v, want 2", gws)
+	}
+	for i, zone := range []string{"a", "b"} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(gws[i], "0"))
+		if err != nil {
+			t.Fatalf("listen on gateway of zone %s: %v", zone, err)
+		}
+		defer ln.Close()
+		sp := params(p, fmt.Sprint(i), zone)
+		sp.UserData = []byte("dial: " + ln.Addr().String() + "\n")
+		mustStart(t, p, sp)
+		ln.(*net.TCPListener).SetDeadline(time.Now().Add(30 * time.Second))
+		conn, err := ln.Accept()
+		if err != nil {
+			t.Fatalf("zone %s: no connection from the container: %v", zone, err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if want := "hello from m-" + fmt.Sprint(i) + "\n"; line != want || err != nil {
+			t.Errorf("zone %s: got %q (%v), want %q", zone, line, err, want)
+		}
 	}
 }
