@@ -72,6 +72,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newVersionCmd(),
+		newControllerCmd(),
 		newSimCmd(),
 	)
 	return root

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// stopTimeout bounds a graceful stop (SPEC §5.1: within 5 s).
+const stopTimeout = 4500 * time.Millisecond
+
+func defaultDataDir() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".muster"
+	}
+	return filepath.Join(home, ".local", "share", "muster")
+}
+
+// newLogger returns a slog logger writing to w in the given format.
+func newLogger(w *os.File, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageErrorf("bad --log-format %q: want text or json", format)
+}
+
+func newControllerCmd() *cobra.Command {
+	var cfg controllerConfig
+	var logFormat string
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the muster controller: state store, HTTPS API and one provisioner per model",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(os.Stderr, logFormat, slog.LevelInfo)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			cfg.WriteUserConfig = true
+			ctx := cmd.Context()
+			c, err := openController(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.url, c.clientPath)
+			<-ctx.Done()
+			logger.Info("stopping controller")
+			stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			defer cancel()
+			return c.Close(stopCtx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the state, CA and client config")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:17070", "address of the HTTPS API")
+	f.StringVar(&cfg.StoreURL, "store", "", "state store URL (default sqlite://<data-dir>/muster.db; postgres://… for PostgreSQL)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
