@@ -425,3 +425,13 @@ func (h *harness) resync() {
 	h.advanceUntil("a full pass", h.model.Settings.ResyncInterval/4, func() bool { return h.prov.listCalls() > n })
 	h.settle()
 }
+
+// waitTimers waits until at least n timers of the fake clock are pending.
+func (h *harness) waitTimers(n int) {
+	h.tb.Helper()
+	select {
+	case <-h.clock.WaitForTimers(n):
+	case <-time.After(10 * time.Second):
+		h.tb.Fatalf("timed out waiting for %d timers (have %d)", n, h.clock.Timers())
+	}
+}

@@ -70,7 +70,11 @@ func TestScenario09_RetryCountExhausted(t *testing.T) {
 	if m := h.machine("0"); m.InstanceStatus != muster.InstanceAllocating {
 		t.Errorf("got instance status %q during the retry delay, want allocating", m.InstanceStatus)
 	}
-	h.advanceUntil("provisioning error", time.Second, h.instStatus("0", muster.InstanceProvisioningError))
+	// The retry delay is retry-delay plus up to a fifth of it as jitter.
+	h.waitTimers(2) // resync and the retry delay
+	h.clock.Advance(h.model.Settings.RetryDelay * 6 / 5)
+	h.waitFor("provisioning error", h.instStatus("0", muster.InstanceProvisioningError))
+	failedAt := h.clock.Now()
 	if got := len(h.prov.startCalls()); got != 2 {
 		t.Fatalf("got %d StartInstance calls, want 2", got)
 	}
@@ -83,16 +87,6 @@ func TestScenario09_RetryCountExhausted(t *testing.T) {
 	if m.NextRetry.IsZero() {
 		t.Fatalf("got no automatic retry time, want one")
 	}
-	var failedAt time.Time
-	h.waitFor("error event", func() bool {
-		for _, e := range h.events("0") {
-			if e.Kind == "error" {
-				failedAt = e.Time
-				return true
-			}
-		}
-		return false
-	})
 	if wait := m.NextRetry.Sub(failedAt); wait < h.model.Settings.RetryDelay || wait > h.model.Settings.AutoRetryMax {
 		t.Errorf("got automatic retry %s after the error, want between retry-delay %s and auto-retry-max", wait, h.model.Settings.RetryDelay)
 	}

@@ -29,6 +29,7 @@ type startJob struct {
 	autoRetries int
 	queued      time.Time
 	deferred    atomic.Bool // the machine became dead while starting (P13)
+	clearToken  bool        // the failure clears the launch token
 }
 
 // startResult is what a worker reports when a start job ends.
@@ -338,14 +339,11 @@ func (p *Provisioner) stopUnrecorded(ctx context.Context, j *startJob, id string
 	}
 	r := startResult{job: j, stopped: id}
 	if cause != nil {
+		// The next start needs a fresh launch token: the old one names the
+		// stopped instance.
+		j.clearToken = true
 		r = p.fail(ctx, j, cause)
 		r.stopped = id
-		// A fresh launch token for the next start: the old one names the
-		// stopped instance.
-		if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{ID: j.id, LaunchToken: muster.Ptr("")}}); err != nil &&
-			!muster.IsCode(err, muster.ENotFound) && ctx.Err() == nil {
-			p.log.Warn("launch token not cleared", "machine", j.id, "err", err)
-		}
 	}
 	return r
 }
@@ -369,7 +367,11 @@ func (p *Provisioner) fail(ctx context.Context, j *startJob, cause error) startR
 		next = &t
 		r.retryAt = t
 	}
-	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{failureUpdate(j.id, msg, next)}); err != nil &&
+	u := failureUpdate(j.id, msg, next)
+	if j.clearToken {
+		u.LaunchToken = muster.Ptr("")
+	}
+	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{u}); err != nil &&
 		!muster.IsCode(err, muster.ENotFound) && ctx.Err() == nil {
 		p.log.Warn("provisioning error not recorded", "machine", j.id, "err", err)
 	}
