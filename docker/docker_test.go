@@ -413,6 +413,29 @@ func TestVolumesLiveAndDieWithTheContainer(t *testing.T) {
 			t.Errorf("volume %s after stop: got err %v, want not found", v.VolumeID, err)
 		}
 	}
+
+	// Cleanup removes volumes a failed stop left, and only this model's.
+	left := p.ownLabels()
+	left[muster.TagLaunchToken] = newUUID()
+	foreign := map[string]string{muster.TagController: testController, muster.TagModel: newUUID(), "muster-test": "foreign"}
+	var names []string
+	for _, labels := range []map[string]string{left, foreign} {
+		v, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Labels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, v.Volume.Name)
+		t.Cleanup(func() { p.cli.VolumeRemove(context.Background(), v.Volume.Name, client.VolumeRemoveOptions{}) })
+	}
+	if err := p.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.cli.VolumeInspect(ctx, names[0], client.VolumeInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("left-over volume after cleanup: got err %v, want not found", err)
+	}
+	if _, err := p.cli.VolumeInspect(ctx, names[1], client.VolumeInspectOptions{}); err != nil {
+		t.Errorf("foreign volume after cleanup: %v", err)
+	}
 }
 
 func TestImageIsBuiltOncePerBinary(t *testing.T) {
@@ -649,5 +672,42 @@ func TestAgentReachesHostOnGateway(t *testing.T) {
 		if want := "hello from m-" + fmt.Sprint(i) + "\n"; line != want || err != nil {
 			t.Errorf("zone %s: got %q (%v), want %q", zone, line, err, want)
 		}
+	}
+}
+
+func TestApplyModelConfig(t *testing.T) {
+	tests := []struct {
+		name     string
+		settings map[string]string
+		want     Config
+		wantErr  bool
+	}{
+		{"defaults", nil, Config{Zones: []string{"a", "b", "c"}, NetworkMode: NetworkBridge}, false},
+		{"all keys", map[string]string{"zones": "x,y", "network-mode": "host", "docker-host": "unix:///d.sock", "subnets": "x=10.77.1.0/24"},
+			Config{Zones: []string{"x", "y"}, NetworkMode: NetworkHost, Host: "unix:///d.sock", Subnets: map[string]string{"x": "10.77.1.0/24"}}, false},
+		{"unknown key", map[string]string{"region": "eu"}, Config{}, true},
+		{"bad zone", map[string]string{"zones": "a,,b"}, Config{}, true},
+		{"bad mode", map[string]string{"network-mode": "none"}, Config{}, true},
+		{"subnet of unknown zone", map[string]string{"subnets": "q=10.0.0.0/24"}, Config{}, true},
+		{"bad subnet", map[string]string{"subnets": "a=10.0.0.0"}, Config{}, true},
+		{"ipv6 subnet", map[string]string{"subnets": "a=fd00::/64"}, Config{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Config
+			err := ApplyModelConfig(&got, tt.settings)
+			if tt.wantErr {
+				if !muster.IsCode(err, muster.EInvalid) {
+					t.Errorf("got %v, want an invalid error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Zones, tt.want.Zones) || got.NetworkMode != tt.want.NetworkMode || got.Host != tt.want.Host || fmt.Sprint(got.Subnets) != fmt.Sprint(tt.want.Subnets) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/build"
@@ -31,9 +30,19 @@ COPY muster ` + AgentPath + `
 ENTRYPOINT ["` + AgentPath + `", "agent", "--config", "` + AgentConfigPath + `"]
 `
 
-// buildMu serialises image builds in this process, so that providers of
+// buildSem serialises image builds in this process, so that providers of
 // several models sharing one binary build it once.
-var buildMu sync.Mutex
+var buildSem = make(chan struct{}, 1)
+
+// acquire takes sem or gives up when ctx ends; release with <-sem.
+func acquire(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 type agentImage struct {
 	Ref    string // muster-agent:<sha12>
@@ -155,8 +164,10 @@ func (p *Provider) ensureImage(ctx context.Context) (*agentImage, error) {
 	hexSum := hex.EncodeToString(sum[:])
 	ref := ImageRepository + ":" + hexSum[:12]
 
-	buildMu.Lock()
-	defer buildMu.Unlock()
+	if err := acquire(ctx, buildSem); err != nil {
+		return nil, fmt.Errorf("build image %s: %w", ref, err)
+	}
+	defer func() { <-buildSem }()
 	ins, err := p.cli.ImageInspect(ctx, ref)
 	switch {
 	case err == nil && ins.Config != nil && ins.Config.Labels[LabelAgentSHA256] == hexSum:

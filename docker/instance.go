@@ -97,7 +97,7 @@ func (p *Provider) startInstance(ctx context.Context, sp muster.StartParams) (mu
 	}
 	res, err := p.resume(ctx, id, sp)
 	if err != nil {
-		p.removeHalfStarted(ctx, id, sp.LaunchToken)
+		p.removeAfterFailure(ctx, id, sp.LaunchToken)
 		return muster.StartResult{}, err
 	}
 	p.log.Info("instance started", "machine", sp.MachineID, "instance", id, "zone", zone, "addresses", res.Addresses)
@@ -205,7 +205,7 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 		vl[LabelVolume] = v.Name
 		name := p.volumeName(sp.MachineID, sp.LaunchToken, v.Name)
 		if _, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: "local", Labels: vl}); err != nil {
-			p.removeVolumes(context.WithoutCancel(ctx), sp.LaunchToken)
+			p.removeAfterFailure(ctx, "", sp.LaunchToken)
 			return "", classify(err, "create volume "+name)
 		}
 		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: name, Target: path.Join(StorageDir, v.Name)})
@@ -259,14 +259,14 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 			p.mu.Unlock()
 			err = &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "docker: create container: " + err.Error(), Err: err}
 		}
-		p.removeVolumes(context.WithoutCancel(ctx), sp.LaunchToken)
+		p.removeAfterFailure(ctx, "", sp.LaunchToken)
 		return "", classify(err, "create container "+opts.Name)
 	}
 	for _, w := range res.Warnings {
 		p.log.Warn("container create warning", "machine", sp.MachineID, "warning", w)
 	}
 	if err := p.copyConfig(ctx, res.ID, sp.UserData); err != nil {
-		p.removeHalfStarted(ctx, res.ID, sp.LaunchToken)
+		p.removeAfterFailure(ctx, res.ID, sp.LaunchToken)
 		return "", err
 	}
 	return res.ID, nil
@@ -418,15 +418,19 @@ func instanceState(s container.ContainerState) string {
 	return string(s)
 }
 
-// removeHalfStarted removes a container (and its token's volumes) whose
-// start failed, even when ctx is cancelled.
-func (p *Provider) removeHalfStarted(ctx context.Context, id, token string) {
+// removeAfterFailure removes a container (if id is set) and its token's
+// volumes after its start failed, even when ctx is cancelled.
+func (p *Provider) removeAfterFailure(ctx context.Context, id, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := p.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		p.log.Warn("half-started container not removed", "instance", id, "err", err)
+	if id != "" {
+		if _, err := p.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			p.log.Warn("half-started container not removed", "instance", id, "err", err)
+		}
 	}
-	p.removeVolumes(ctx, token)
+	if err := p.removeVolumes(ctx, token); err != nil {
+		p.log.Warn("volumes of failed start not removed", "token", token, "err", err)
+	}
 }
 
 // removeVolumes removes this model's volumes of a launch token.

@@ -3,17 +3,17 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
-	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 )
 
-// netMu serialises network creation in this process: engines before API
+// netSem serialises network creation in this process: engines before API
 // 1.44 accept two networks of one name.
-var netMu sync.Mutex
+var netSem = make(chan struct{}, 1)
 
 // zoneNet is a zone's network.
 type zoneNet struct {
@@ -36,8 +36,10 @@ func (p *Provider) zoneNetwork(ctx context.Context, zone string) (zoneNet, error
 	if ok {
 		return zn, nil
 	}
-	netMu.Lock()
-	defer netMu.Unlock()
+	if err := acquire(ctx, netSem); err != nil {
+		return zoneNet{}, fmt.Errorf("network of zone %s: %w", zone, err)
+	}
+	defer func() { <-netSem }()
 	zn, found, err := p.findNetwork(ctx, zone)
 	if err != nil {
 		return zoneNet{}, err
@@ -152,12 +154,29 @@ func (p *Provider) ZoneSubnets(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// Cleanup removes this model's networks. It is for a removed model, whose
-// instances are already stopped: a network with containers still attached
-// is not removed and is reported in the error.
+// Cleanup removes this model's networks and its volumes that no container
+// uses (left by a stop that failed half-way). It is for a removed model,
+// whose instances are already stopped: a network with containers still
+// attached is not removed and is reported in the error.
 func (p *Provider) Cleanup(ctx context.Context) error {
-	netMu.Lock()
-	defer netMu.Unlock()
+	if err := acquire(ctx, netSem); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	defer func() { <-netSem }()
+	var errs []error
+	vf := p.ownFilters().Add("dangling", "true")
+	vols, err := p.cli.VolumeList(ctx, client.VolumeListOptions{Filters: vf})
+	if err != nil {
+		return classify(err, "list volumes")
+	}
+	for _, v := range vols.Items {
+		if !p.isOwn(v.Labels) {
+			continue
+		}
+		if _, err := p.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, classify(err, "remove volume "+v.Name))
+		}
+	}
 	p.mu.Lock()
 	p.networks = map[string]zoneNet{}
 	p.mu.Unlock()
@@ -165,7 +184,6 @@ func (p *Provider) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return classify(err, "list networks")
 	}
-	var errs []error
 	for _, n := range res.Items {
 		if !p.isOwn(n.Labels) {
 			continue

@@ -103,36 +103,9 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if cfg.ControllerUUID == "" || cfg.ModelUUID == "" {
 		return nil, muster.Errorf(muster.EInvalid, "docker provider: controller and model uuid are required")
 	}
-	if len(cfg.Zones) == 0 {
-		cfg.Zones = slices.Clone(DefaultZones)
-	}
-	seen := map[string]bool{}
-	for _, z := range cfg.Zones {
-		if !nameRE.MatchString(z) || len(z) > 64 {
-			return nil, muster.Errorf(muster.EInvalid, "docker provider: bad zone name %q: want letters, digits, '_', '.', '-'", z)
-		}
-		if seen[z] {
-			return nil, muster.Errorf(muster.EInvalid, "docker provider: zone %q given more than once", z)
-		}
-		seen[z] = true
-	}
-	subnets := map[string]netip.Prefix{}
-	for z, cidr := range cfg.Subnets {
-		if !seen[z] {
-			return nil, muster.Errorf(muster.EInvalid, "docker provider: subnet for unknown zone %q", z)
-		}
-		pfx, err := netip.ParsePrefix(cidr)
-		if err != nil || !pfx.Addr().Is4() || pfx.Bits() > 30 {
-			return nil, muster.Errorf(muster.EInvalid, "docker provider: bad subnet %q for zone %s: want an IPv4 CIDR of at most /30", cidr, z)
-		}
-		subnets[z] = pfx.Masked()
-	}
-	switch cfg.NetworkMode {
-	case "":
-		cfg.NetworkMode = NetworkBridge
-	case NetworkBridge, NetworkHost:
-	default:
-		return nil, muster.Errorf(muster.EInvalid, "docker provider: bad network-mode %q: want bridge or host", cfg.NetworkMode)
+	subnets, err := cfg.check()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.AgentBinary == "" {
 		exe, err := os.Executable()
@@ -167,6 +140,43 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, classify(err, "ping engine")
 	}
 	return p, nil
+}
+
+// check fills in the defaults of the zones and network mode and checks
+// them; it returns the parsed subnets.
+func (c *Config) check() (map[string]netip.Prefix, error) {
+	if len(c.Zones) == 0 {
+		c.Zones = slices.Clone(DefaultZones)
+	}
+	seen := map[string]bool{}
+	for _, z := range c.Zones {
+		if !nameRE.MatchString(z) || len(z) > 64 {
+			return nil, muster.Errorf(muster.EInvalid, "docker provider: bad zone name %q: want letters, digits, '_', '.', '-'", z)
+		}
+		if seen[z] {
+			return nil, muster.Errorf(muster.EInvalid, "docker provider: zone %q given more than once", z)
+		}
+		seen[z] = true
+	}
+	subnets := map[string]netip.Prefix{}
+	for z, cidr := range c.Subnets {
+		if !seen[z] {
+			return nil, muster.Errorf(muster.EInvalid, "docker provider: subnet for unknown zone %q", z)
+		}
+		pfx, err := netip.ParsePrefix(cidr)
+		if err != nil || !pfx.Addr().Is4() || pfx.Bits() > 30 {
+			return nil, muster.Errorf(muster.EInvalid, "docker provider: bad subnet %q for zone %s: want an IPv4 CIDR of at most /30", cidr, z)
+		}
+		subnets[z] = pfx.Masked()
+	}
+	switch c.NetworkMode {
+	case "":
+		c.NetworkMode = NetworkBridge
+	case NetworkBridge, NetworkHost:
+	default:
+		return nil, muster.Errorf(muster.EInvalid, "docker provider: bad network-mode %q: want bridge or host", c.NetworkMode)
+	}
+	return subnets, nil
 }
 
 // Close releases the engine connection. Containers, volumes and networks
