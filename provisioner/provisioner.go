@@ -393,6 +393,7 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 		}
 	}
 	for _, m := range ms {
+		p.zones.setGroup(m.ID, m.Group)
 		if p.flagsOf(m.ID).starting {
 			continue
 		}

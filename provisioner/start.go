@@ -22,7 +22,6 @@ const ControllerMachineTag = "machine-0"
 type startJob struct {
 	id          string
 	info        muster.ProvisioningInfo
-	group       []string // ids of the machine's group, itself included; nil = none
 	token       string
 	nonce       string
 	password    string
@@ -85,9 +84,8 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 				failEvs = append(failEvs, p.newEvent(m.ID, "error", msg))
 				continue
 			}
-			j.group = groups[m.ID]
-			if j.group == nil {
-				j.group = []string{m.ID}
+			for _, member := range groups[m.ID] {
+				p.zones.setGroup(member, info.Group)
 			}
 		}
 		// A machine that already has a launch token and no instance may
@@ -206,7 +204,7 @@ func (p *Provisioner) startMachine(ctx context.Context, j *startJob) startResult
 	req := zoneRequest{
 		MachineID: j.id,
 		Allowed:   j.info.Constraints.Zones,
-		Group:     j.group,
+		Group:     j.info.Group,
 		Shape:     shapeOf(j.info.Constraints, params.Arch),
 	}
 	if req.Placement, err = muster.ParsePlacement(j.info.Placement); err != nil {

@@ -24,7 +24,7 @@ type zoneRequest struct {
 	Allowed   []string // the zones constraint; empty = any
 	Derived   []string // zones the placement and volumes allow (P9); empty = any
 	Placement string   // zone of a zone=X placement (Z6); "" = none
-	Group     []string // ids of the machine's group (itself included); nil = no group
+	Group     string   // the machine's spread group; "" = none
 	Shape     string   // launch shape, for the capacity memory (Z7)
 }
 
@@ -77,6 +77,8 @@ type zoneTable struct {
 	avail    map[string]bool // every zone in the table; false = kept only for its machines
 	count    map[string]int
 	machine  map[string]string          // machine id → zone
+	group    map[string]string          // machine id → spread group
+	gcount   map[string]map[string]int  // group → zone → machines
 	failed   map[string]map[string]bool // machine id → zones it failed in
 	excluded map[string]map[string]bool // machine id → zones it may not use (P9)
 	blocked  map[string]time.Time       // zone + "|" + shape → until (Z7)
@@ -88,6 +90,8 @@ func newZoneTable(rnd func(n int) int) *zoneTable {
 		avail:    map[string]bool{},
 		count:    map[string]int{},
 		machine:  map[string]string{},
+		group:    map[string]string{},
+		gcount:   map[string]map[string]int{},
 		failed:   map[string]map[string]bool{},
 		excluded: map[string]map[string]bool{},
 		blocked:  map[string]time.Time{},
@@ -165,11 +169,54 @@ func (t *zoneTable) setLocked(id, zone string) {
 		if t.count[old] <= 0 {
 			delete(t.count, old)
 		}
+		t.groupAdd(id, old, -1)
 		delete(t.machine, id)
 	}
 	if zone != "" {
 		t.machine[id] = zone
 		t.count[zone]++
+		t.groupAdd(id, zone, 1)
+	}
+}
+
+func (t *zoneTable) groupAdd(id, zone string, n int) {
+	g := t.group[id]
+	if g == "" {
+		return
+	}
+	c := t.gcount[g]
+	if c == nil {
+		c = map[string]int{}
+		t.gcount[g] = c
+	}
+	c[zone] += n
+	if c[zone] <= 0 {
+		delete(c, zone)
+	}
+	if len(c) == 0 {
+		delete(t.gcount, g)
+	}
+}
+
+// setGroup records the spread group of machine id ("" for none), so that
+// group counts (Z3) cost nothing per choice.
+func (t *zoneTable) setGroup(id, group string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.group[id] == group {
+		return
+	}
+	zone, placed := t.machine[id]
+	if placed {
+		t.groupAdd(id, zone, -1)
+	}
+	if group == "" {
+		delete(t.group, id)
+	} else {
+		t.group[id] = group
+	}
+	if placed {
+		t.groupAdd(id, zone, 1)
 	}
 }
 
@@ -178,6 +225,7 @@ func (t *zoneTable) forget(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.setLocked(id, "")
+	delete(t.group, id)
 	delete(t.failed, id)
 	delete(t.excluded, id)
 }
@@ -259,23 +307,24 @@ func (t *zoneTable) choose(r zoneRequest, now time.Time) (string, error) {
 		return "", errNoZone(r.MachineID)
 	}
 	loads := make([]zoneLoad, len(cands))
-	var members map[string]int
-	if r.Group != nil {
-		members = map[string]int{}
-		for _, id := range r.Group {
-			if id == r.MachineID {
-				continue
+	counts := t.count
+	if r.Group != "" {
+		if t.group[r.MachineID] != r.Group {
+			zone, placed := t.machine[r.MachineID]
+			if placed {
+				t.groupAdd(r.MachineID, zone, -1)
 			}
-			if z, ok := t.machine[id]; ok {
-				members[z]++
+			t.group[r.MachineID] = r.Group
+			if placed {
+				t.groupAdd(r.MachineID, zone, 1)
 			}
 		}
+		counts = t.gcount[r.Group]
 	}
+	own := t.machine[r.MachineID]
 	for i, name := range cands {
-		n := t.count[name]
-		if members != nil {
-			n = members[name]
-		} else if t.machine[r.MachineID] == name {
+		n := counts[name]
+		if own == name {
 			n-- // do not count the machine against its own zone
 		}
 		loads[i] = zoneLoad{Name: name, Count: n}

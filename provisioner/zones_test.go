@@ -56,12 +56,14 @@ func TestZoneTableChoose(t *testing.T) {
 		{"placement unknown", nil, zoneRequest{MachineID: "0", Placement: "q"}, "", `placement zone "q" of machine 0 is unknown or unavailable`},
 		{"derived excludes", nil, zoneRequest{MachineID: "0", Derived: []string{"c"}}, "c", ""},
 		{"group counts only members", func(t *zoneTable) {
+			t.setGroup("1", "web")
+			t.setGroup("2", "web")
 			t.set("1", "a")
 			t.set("5", "b")
 			t.set("6", "b")
 			t.set("7", "c")
 			t.set("8", "c")
-		}, zoneRequest{MachineID: "0", Group: []string{"0", "1", "2"}}, "b", ""},
+		}, zoneRequest{MachineID: "0", Group: "web"}, "b", ""},
 		{"failed zone skipped", func(t *zoneTable) { t.failed["0"] = map[string]bool{"a": true, "b": true} }, zoneRequest{MachineID: "0"}, "c", ""},
 		{"capacity memory", func(t *zoneTable) { t.block("a", "s", now.Add(time.Minute)); t.block("b", "s", now.Add(time.Minute)) }, zoneRequest{MachineID: "0", Shape: "s"}, "c", ""},
 		{"capacity memory expired", func(t *zoneTable) {
@@ -194,9 +196,12 @@ func TestZ8SpreadProperty(t *testing.T) {
 		var group []string
 		for i := 0; i < n; i++ {
 			group = append(group, fmt.Sprint(i))
+			// Machines of another group must not disturb the spread.
+			zt.setGroup(fmt.Sprint("x", i), "other")
+			zt.set(fmt.Sprint("x", i), names[rng.IntN(nz)])
 		}
 		for _, id := range group {
-			r := zoneRequest{MachineID: id, Group: group, Shape: "s"}
+			r := zoneRequest{MachineID: id, Group: "g", Shape: "s"}
 			for {
 				z, err := zt.choose(r, now)
 				if err != nil {

@@ -1,0 +1,144 @@
+package provisioner_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/provisioner"
+)
+
+// crashStore wraps the real store to crash the provisioner around the
+// record of an instance.
+type crashStore struct {
+	provisioner.Store
+	crash func(ctx context.Context, where string) error
+}
+
+func (s *crashStore) RecordInstances(ctx context.Context, model string, rs []muster.InstanceRecord) ([]error, error) {
+	if err := s.crash(ctx, "before record"); err != nil {
+		return nil, err
+	}
+	errs, err := s.Store.RecordInstances(ctx, model, rs)
+	if err == nil {
+		if err := s.crash(ctx, "after record"); err != nil {
+			return nil, err
+		}
+	}
+	return errs, err
+}
+
+// TestCrashSafety crashes the provisioner (cancels its run) at random
+// points around StartInstance and the record, restarts it on the same
+// store and cloud, and checks C4 once it converges: every alive machine
+// has exactly one instance, the recorded one; dead machines are gone with
+// their instances; no tagged instance is left without a machine.
+func TestCrashSafety(t *testing.T) {
+	h := newHarness(t, withSettings(func(s *muster.Settings) {
+		s.HarvestMode = muster.HarvestAll
+		s.RetryDelay = time.Second
+	}))
+	rng := rand.New(rand.NewPCG(42, 7))
+	var (
+		mu      sync.Mutex
+		armed   bool
+		crashes = make(chan string, 1)
+	)
+	crash := func(ctx context.Context, where string) error {
+		mu.Lock()
+		fire := armed && rng.Float64() < 0.2
+		if fire {
+			armed = false
+		}
+		mu.Unlock()
+		if !fire {
+			return nil
+		}
+		crashes <- where
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	h.store2 = &crashStore{Store: h.store, crash: crash}
+	h.prov.setHooks(func(r *recProvider) {
+		r.beforeStart = func(ctx context.Context, _ muster.StartParams) error { return crash(ctx, "before start") }
+		r.afterStart = func(ctx context.Context, _ muster.StartParams, res muster.StartResult, err error) (muster.StartResult, error) {
+			if err == nil {
+				if cerr := crash(ctx, "after start"); cerr != nil {
+					return res, cerr
+				}
+			}
+			return res, err
+		}
+	})
+
+	var seen []string
+	for round := 0; round < 12; round++ {
+		mu.Lock()
+		armed = true
+		n := 1 + rng.IntN(6)
+		mu.Unlock()
+		h.start()
+		added := h.add(n, muster.MachineTemplate{})
+		for _, m := range added {
+			seen = append(seen, m.ID)
+		}
+		// Kill a few machines too.
+		for _, id := range seen {
+			mu.Lock()
+			kill := rng.IntN(8) == 0
+			mu.Unlock()
+			if kill && h.exists(id) {
+				h.makeDead(id)
+			}
+		}
+		select {
+		case where := <-crashes:
+			t.Logf("round %d: crash %s", round, where)
+		case <-time.After(300 * time.Millisecond):
+		}
+		h.stop()
+	}
+	mu.Lock()
+	armed = false
+	mu.Unlock()
+	h.start()
+	h.advanceUntil("convergence (C4)", 20*time.Second, func() bool { return c4(h, seen) == nil })
+	if err := c4(h, seen); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// c4 checks the invariant C4 and returns what is wrong.
+func c4(h *harness, ids []string) error {
+	by := h.byMachine()
+	for _, id := range ids {
+		m, err := h.store.Machine(h.ctx, h.model.UUID, id)
+		if muster.IsCode(err, muster.ENotFound) {
+			if len(by[id]) != 0 {
+				return fmt.Errorf("removed machine %s has instances %v", id, by[id])
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if m.Life != muster.LifeAlive {
+			return fmt.Errorf("machine %s is %s, not yet removed", id, m.Life)
+		}
+		if !m.HasInstance() || m.InstanceStatus != muster.InstanceRunning {
+			return fmt.Errorf("machine %s has no running instance (%s: %s)", id, m.InstanceStatus, m.InstanceMessage)
+		}
+		if len(by[id]) != 1 || by[id][0] != m.InstanceID() {
+			return fmt.Errorf("machine %s records %s, the cloud has %v", id, m.InstanceID(), by[id])
+		}
+		delete(by, id)
+	}
+	for mid, insts := range by {
+		return fmt.Errorf("instances %v tagged with machine %q that does not exist", insts, mid)
+	}
+	return nil
+}
