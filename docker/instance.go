@@ -72,7 +72,11 @@ func (p *Provider) startInstance(ctx context.Context, sp muster.StartParams) (mu
 		_, _ = rand.Read(b[:])
 		sp.LaunchToken = hex.EncodeToString(b[:])
 	}
-	defer p.lockToken(sp.LaunchToken)()
+	unlock, err := p.lockToken(ctx, sp.LaunchToken)
+	if err != nil {
+		return muster.StartResult{}, err
+	}
+	defer unlock()
 
 	if id, found, err := p.findByToken(ctx, sp.LaunchToken); err != nil {
 		return muster.StartResult{}, err

@@ -278,22 +278,22 @@ func sanitize(s string) string {
 
 // tokenLock serialises starts of one launch token within this process.
 type tokenLock struct {
-	mu   sync.Mutex
+	sem  chan struct{}
 	refs int
 }
 
-func (p *Provider) lockToken(token string) func() {
+// lockToken takes the token's lock, or gives up when ctx ends; call the
+// returned func to release it.
+func (p *Provider) lockToken(ctx context.Context, token string) (func(), error) {
 	p.tokenMu.Lock()
 	l := p.tokens[token]
 	if l == nil {
-		l = &tokenLock{}
+		l = &tokenLock{sem: make(chan struct{}, 1)}
 		p.tokens[token] = l
 	}
 	l.refs++
 	p.tokenMu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
+	drop := func() {
 		p.tokenMu.Lock()
 		l.refs--
 		if l.refs == 0 {
@@ -301,4 +301,9 @@ func (p *Provider) lockToken(token string) func() {
 		}
 		p.tokenMu.Unlock()
 	}
+	if err := acquire(ctx, l.sem); err != nil {
+		drop()
+		return nil, err
+	}
+	return func() { <-l.sem; drop() }, nil
 }
