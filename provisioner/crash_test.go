@@ -91,8 +91,12 @@ func TestCrashSafety(t *testing.T) {
 			mu.Lock()
 			kill := rng.IntN(8) == 0
 			mu.Unlock()
-			if kill && h.exists(id) {
-				h.makeDead(id)
+			if !kill {
+				continue
+			}
+			err := h.store.UpdateMachines(h.ctx, h.model.UUID, []muster.MachineUpdate{{ID: id, Life: muster.Ptr(muster.LifeDead)}})
+			if err != nil && !muster.IsCode(err, muster.ENotFound) {
+				t.Fatal(err)
 			}
 		}
 		select {

@@ -109,10 +109,21 @@ func (r *recProvider) setHooks(fn func(r *recProvider)) {
 	fn(r)
 }
 
-// binaries is an agent binary catalogue with amd64 only.
-type binaries struct{ arches []string }
+// binaries is an agent binary catalogue (amd64 only unless added to).
+type binaries struct {
+	mu     sync.Mutex
+	arches []string
+}
 
-func (b binaries) FindAgentBinaries(_ context.Context, version, os, arch string) ([]muster.AgentBinary, error) {
+func (b *binaries) add(arch string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.arches = append(b.arches, arch)
+}
+
+func (b *binaries) FindAgentBinaries(_ context.Context, version, os, arch string) ([]muster.AgentBinary, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, a := range b.arches {
 		if a == arch {
 			return []muster.AgentBinary{{Version: version, OS: os, Arch: arch, URL: "https://example.invalid/muster-" + arch}}, nil
@@ -131,7 +142,8 @@ type harness struct {
 	cloud    *sim.Cloud
 	prov     *recProvider
 	model    muster.Model
-	binaries muster.AgentBinaryFinder
+	binaries *binaries
+	observer provisioner.Observer
 	store2   provisioner.Store // the store the provisioner uses; default store
 
 	cancel context.CancelFunc
@@ -200,7 +212,7 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	h := &harness{
 		tb: tb, ctx: ctx, clock: clk, store: st, cloud: cloud, model: m,
 		prov:     &recProvider{p: cloud.Provider(controllerUUID, m.UUID)},
-		binaries: binaries{arches: []string{"amd64"}},
+		binaries: &binaries{arches: []string{"amd64"}},
 	}
 	h.store2 = st
 	tb.Cleanup(h.stop)
@@ -224,6 +236,7 @@ func (h *harness) start() {
 		Provider:       h.prov,
 		AgentBinaries:  h.binaries,
 		Clock:          h.clock,
+		Observer:       h.observer,
 		APIAddresses:   []string{"127.0.0.1:17070"},
 	})
 	if err != nil {
