@@ -4,11 +4,14 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -210,7 +213,7 @@ func TestStartResumesContainerCreatedButNotStarted(t *testing.T) {
 	p := newProvider(t, nil)
 	ctx := testContext(t)
 	sp := params(p, "3", "a")
-	img, err := p.ensureImage(ctx)
+	img, err := p.ensureImage(ctx, p.cfg.AgentBinary, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -707,6 +710,61 @@ func TestApplyModelConfig(t *testing.T) {
 			}
 			if !slices.Equal(got.Zones, tt.want.Zones) || got.NetworkMode != tt.want.NetworkMode || got.Host != tt.want.Host || fmt.Sprint(got.Subnets) != fmt.Sprint(tt.want.Subnets) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAgentBinaryFromCatalogue(t *testing.T) {
+	bin := uniqueBinary(t)
+	p := newProvider(t, func(c *Config) { c.AgentBinary = "/no/such/binary" })
+	ctx := testContext(t)
+	ei, err := p.engineInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	hexSum := hex.EncodeToString(sum[:])
+	other := "arm64"
+	if ei.Arch == "arm64" {
+		other = "amd64"
+	}
+	tests := []struct {
+		name     string
+		binaries []muster.AgentBinary
+		wantErr  bool
+	}{
+		{"matching", []muster.AgentBinary{
+			{Version: "1.0.0", OS: "linux", Arch: other, Path: "/no/such/other"},
+			{Version: "1.0.0", OS: "linux", Arch: ei.Arch, SHA256: hexSum, Path: bin},
+		}, false},
+		{"wrong sha256", []muster.AgentBinary{{OS: "linux", Arch: ei.Arch, SHA256: strings.Repeat("ab", 32), Path: bin}}, true},
+		{"other arch only: falls back to the missing config binary", []muster.AgentBinary{{OS: "linux", Arch: other, Path: bin}}, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := params(p, fmt.Sprint(i), "a")
+			sp.AgentBinaries = tt.binaries
+			res, err := p.StartInstance(ctx, sp)
+			if tt.wantErr {
+				if !muster.IsZoneIndependent(err) {
+					t.Errorf("got %v, want a zone-independent error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ins, err := p.cli.ContainerInspect(ctx, res.Instance.ID, client.ContainerInspectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ins.Container.Config.Image, ImageRepository+":"+hexSum[:12]; got != want {
+				t.Errorf("image: got %s, want %s", got, want)
 			}
 		})
 	}

@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
+	"github.com/musterhq/muster"
 )
 
 // ImageRepository is the repository of agent images; the tag is the first
@@ -131,16 +133,36 @@ func checkStatic(path string, data []byte) (string, error) {
 // Config.AgentBinary when no image for this binary exists yet. The result is
 // cached for the life of the provider.
 func (p *Provider) EnsureImage(ctx context.Context) (string, error) {
-	img, err := p.ensureImage(ctx)
+	img, err := p.ensureImage(ctx, p.cfg.AgentBinary, "")
 	if err != nil {
 		return "", err
 	}
 	return img.Ref, nil
 }
 
-func (p *Provider) ensureImage(ctx context.Context) (*agentImage, error) {
+// agentFor picks the binary of a start: the first local linux binary of the
+// engine's arch in sp.AgentBinaries (the catalogue's choice for the
+// machine's version), else Config.AgentBinary.
+func (p *Provider) agentFor(sp muster.StartParams, arch string) (path, sum string) {
+	for _, b := range sp.AgentBinaries {
+		if b.Path != "" && (b.OS == "" || b.OS == "linux") && (b.Arch == "" || b.Arch == arch) {
+			return b.Path, strings.ToLower(b.SHA256)
+		}
+	}
+	return p.cfg.AgentBinary, ""
+}
+
+// ensureImage returns the image of the binary at path, building it when
+// missing. wantSum, when known, is the binary's SHA-256: an image already
+// labelled with it is used without reading the binary, and a binary that
+// does not match it is refused.
+func (p *Provider) ensureImage(ctx context.Context, path, wantSum string) (*agentImage, error) {
+	key := path
+	if wantSum != "" {
+		key = "sha256:" + wantSum
+	}
 	p.mu.Lock()
-	img := p.image
+	img := p.images[key]
 	p.mu.Unlock()
 	if img != nil {
 		return img, nil
@@ -149,31 +171,38 @@ func (p *Provider) ensureImage(ctx context.Context) (*agentImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(p.cfg.AgentBinary)
-	if err != nil {
-		return nil, zoneIndependent("read agent binary: %v", err)
-	}
-	arch, err := checkStatic(p.cfg.AgentBinary, data)
-	if err != nil {
-		return nil, err
-	}
-	if arch != ei.Arch {
-		return nil, zoneIndependent("agent binary %s is for %s but the docker engine runs %s", p.cfg.AgentBinary, arch, ei.Arch)
-	}
-	sum := sha256.Sum256(data)
-	hexSum := hex.EncodeToString(sum[:])
-	ref := ImageRepository + ":" + hexSum[:12]
-
 	if err := acquire(ctx, buildSem); err != nil {
-		return nil, fmt.Errorf("build image %s: %w", ref, err)
+		return nil, fmt.Errorf("agent image of %s: %w", path, err)
 	}
 	defer func() { <-buildSem }()
+
+	var data []byte
+	hexSum := wantSum
+	if hexSum == "" {
+		if data, err = p.readAgent(path, ei.Arch); err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(data)
+		hexSum = hex.EncodeToString(sum[:])
+	}
+	if len(hexSum) < 12 {
+		return nil, zoneIndependent("agent binary %s: bad sha256 %q", path, hexSum)
+	}
+	ref := ImageRepository + ":" + hexSum[:12]
 	ins, err := p.cli.ImageInspect(ctx, ref)
 	switch {
 	case err == nil && ins.Config != nil && ins.Config.Labels[LabelAgentSHA256] == hexSum:
 		// Reuse.
 	case err == nil || cerrdefs.IsNotFound(err):
-		if err := p.buildImage(ctx, ref, hexSum, data); err != nil {
+		if data == nil {
+			if data, err = p.readAgent(path, ei.Arch); err != nil {
+				return nil, err
+			}
+			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != hexSum {
+				return nil, zoneIndependent("agent binary %s does not match its sha256 %s", path, hexSum)
+			}
+		}
+		if err := p.buildImage(ctx, ref, hexSum, path, data); err != nil {
 			return nil, err
 		}
 		if ins, err = p.cli.ImageInspect(ctx, ref); err != nil {
@@ -187,9 +216,26 @@ func (p *Provider) ensureImage(ctx context.Context) (*agentImage, error) {
 		img.Arch = ei.Arch
 	}
 	p.mu.Lock()
-	p.image = img
+	p.images[key] = img
 	p.mu.Unlock()
 	return img, nil
+}
+
+// readAgent reads a binary and checks that it runs FROM scratch on the
+// engine.
+func (p *Provider) readAgent(path, engineArch string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, zoneIndependent("read agent binary: %v", err)
+	}
+	arch, err := checkStatic(path, data)
+	if err != nil {
+		return nil, err
+	}
+	if arch != engineArch {
+		return nil, zoneIndependent("agent binary %s is for %s but the docker engine runs %s", path, arch, engineArch)
+	}
+	return data, nil
 }
 
 // buildContext is a tar of the Dockerfile and the binary.
@@ -218,12 +264,12 @@ func buildContext(binary []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func (p *Provider) buildImage(ctx context.Context, ref, sum string, binary []byte) error {
+func (p *Provider) buildImage(ctx context.Context, ref, sum, path string, binary []byte) error {
 	bc, err := buildContext(binary)
 	if err != nil {
 		return fmt.Errorf("docker: build context: %w", err)
 	}
-	p.log.Info("building agent image", "image", ref, "binary", p.cfg.AgentBinary)
+	p.log.Info("building agent image", "image", ref, "binary", path)
 	res, err := p.cli.ImageBuild(ctx, bytes.NewReader(bc), client.ImageBuildOptions{
 		Tags:        []string{ref},
 		Dockerfile:  "Dockerfile",

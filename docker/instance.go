@@ -85,7 +85,12 @@ func (p *Provider) startInstance(ctx context.Context, sp muster.StartParams) (mu
 		return p.resume(ctx, id, sp)
 	}
 
-	img, err := p.ensureImage(ctx)
+	ei, err := p.engineInfo(ctx)
+	if err != nil {
+		return muster.StartResult{}, err
+	}
+	binPath, binSum := p.agentFor(sp, ei.Arch)
+	img, err := p.ensureImage(ctx, binPath, binSum)
 	if err != nil {
 		return muster.StartResult{}, err
 	}
@@ -258,7 +263,7 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 			// The image or network was removed behind our back: look them
 			// up again next time.
 			p.mu.Lock()
-			p.image = nil
+			p.images = map[string]*agentImage{}
 			delete(p.networks, zone)
 			p.mu.Unlock()
 			err = &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "docker: create container: " + err.Error(), Err: err}
@@ -352,11 +357,6 @@ func (p *Provider) result(ctx context.Context, c container.InspectResponse, sp m
 		inst.State = instanceState(c.State.Status)
 	}
 	hw := muster.Hardware{Arch: ei.Arch, Cores: uint64(ei.NCPU), Mem: uint64(ei.MemTotal) / mib, AvailabilityZone: inst.Zone}
-	p.mu.Lock()
-	if p.image != nil && p.image.Arch != "" {
-		hw.Arch = p.image.Arch
-	}
-	p.mu.Unlock()
 	if hc := c.HostConfig; hc != nil {
 		if hc.NanoCPUs > 0 {
 			hw.Cores = uint64((hc.NanoCPUs + 1e9 - 1) / 1e9)

@@ -82,7 +82,7 @@ type Provider struct {
 	engine   *engineInfo
 	networks map[string]zoneNet // zone → network, once known to exist
 	subnets  map[string]netip.Prefix
-	image    *agentImage
+	images   map[string]*agentImage // by binary path or "sha256:<hash>"
 
 	tokenMu sync.Mutex
 	tokens  map[string]*tokenLock
@@ -133,6 +133,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		model8:   short(cfg.ModelUUID, 8),
 		networks: map[string]zoneNet{},
 		subnets:  subnets,
+		images:   map[string]*agentImage{},
 		tokens:   map[string]*tokenLock{},
 	}
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
