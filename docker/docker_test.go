@@ -716,7 +716,8 @@ func TestApplyModelConfig(t *testing.T) {
 }
 
 func TestAgentBinaryFromCatalogue(t *testing.T) {
-	bin := uniqueBinary(t)
+	parallelDocker(t)
+	bin := sleeperPath
 	p := newProvider(t, func(c *Config) { c.AgentBinary = "/no/such/binary" })
 	ctx := testContext(t)
 	ei, err := p.engineInfo(ctx)
