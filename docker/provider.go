@@ -47,7 +47,7 @@ var DefaultZones = []string{"a", "b", "c"}
 type Config struct {
 	ControllerUUID string // required
 	ModelUUID      string // required
-	ModelName      string // for logs and the image; optional
+	ModelName      string // for logs; optional
 	// Zones are the zone names; default DefaultZones. Each is a Docker
 	// network of its own in bridge mode.
 	Zones []string
