@@ -290,12 +290,9 @@ func (s *Server) handleShowMachine(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0]})
+	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0], Limit: ShowMachineEvents})
 	if err != nil {
 		return err
-	}
-	if len(es) > ShowMachineEvents {
-		es = es[len(es)-ShowMachineEvents:]
 	}
 	writeJSON(w, http.StatusOK, MachineDetail{Machine: machineInfo(ms[0]), Events: eventInfos(es)})
 	return nil

@@ -1,0 +1,196 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+)
+
+func TestAgentLogin(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{Count: 3})
+	pw, nonce := h.provision(t, "0", "a")
+	pw1, nonce1 := h.provision(t, "1", "b")
+	for _, tc := range []struct {
+		name string
+		req  api.LoginRequest
+		code string
+	}{
+		{"wrong password", api.LoginRequest{Model: "default", Machine: "0", Password: pw1, Nonce: nonce}, muster.EUnauthorized},
+		{"no password", api.LoginRequest{Model: "default", Machine: "0", Nonce: nonce}, muster.EUnauthorized},
+		{"unknown machine", api.LoginRequest{Model: "default", Machine: "9", Password: pw, Nonce: nonce}, muster.EUnauthorized},
+		{"unknown model", api.LoginRequest{Model: "nope", Machine: "0", Password: pw, Nonce: nonce}, muster.EUnauthorized},
+		{"wrong nonce", api.LoginRequest{Model: "default", Machine: "0", Password: pw, Nonce: nonce1}, muster.ENotProvisioned},
+		{"no nonce", api.LoginRequest{Model: "default", Machine: "0", Password: pw}, muster.ENotProvisioned},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.anon.Login(ctx, tc.req)
+			wantCode(t, err, tc.code)
+		})
+	}
+	// A machine without an instance is not provisioned, even with the
+	// right password and nonce.
+	pw2, nonce2 := muster.NewSecret(), "machine-0:x"
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: "2", Nonce: &nonce2, PasswordHash: muster.Ptr(muster.HashSecret(pw2))}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: "2", Password: pw2, Nonce: nonce2})
+	wantCode(t, err, muster.ENotProvisioned)
+
+	res, err := h.anon.Login(ctx, api.LoginRequest{Model: h.model.UUID, Machine: "0", Password: pw, Nonce: nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ModelUUID != h.model.UUID || res.Heartbeat != "10s" || res.Token == "" {
+		t.Errorf("got %+v", res)
+	}
+	agent := h.anon.WithToken(res.Token)
+	am, err := agent.AgentMachine(ctx, "default", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if am.InstanceID != "i-0" || am.Status != "pending" {
+		t.Errorf("got %+v", am)
+	}
+	hw := muster.Hardware{Arch: "amd64", Cores: 2, Mem: 4096, AvailabilityZone: "a"}
+	am, err = agent.SetAgentMachine(ctx, "default", "0", api.AgentUpdate{Status: muster.Ptr("started"), Hardware: &hw, Addresses: &[]string{"10.1.0.5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := h.machine(t, "0")
+	if m.Status != muster.StatusStarted || m.Instance.Hardware != hw || len(m.Instance.Addresses) != 1 || m.Instance.Addresses[0] != "10.1.0.5" {
+		t.Errorf("store: got %s %+v", m.Status, m.Instance)
+	}
+	st, err := h.admin.Status(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Machines["0"]; got.Status != "started" || got.Hardware != "arch=amd64 cores=2 mem=4096M availability-zone=a" {
+		t.Errorf("status: got %+v", got)
+	}
+	es, err := h.admin.Events(ctx, "default", api.EventQuery{Machine: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := es[len(es)-1]; last.Actor != "agent/0" || last.Kind != "started" {
+		t.Errorf("last event: got %+v, want started by agent/0", last)
+	}
+
+	for _, tc := range []struct {
+		name string
+		call func() error
+		code string
+	}{
+		{"read other machine", func() error { _, err := agent.AgentMachine(ctx, "default", "1"); return err }, muster.EForbidden},
+		{"write other machine", func() error {
+			_, err := agent.SetAgentMachine(ctx, "default", "1", api.AgentUpdate{Status: muster.Ptr("started")})
+			return err
+		}, muster.EForbidden},
+		{"heartbeat other machine", func() error { _, err := agent.Heartbeat(ctx, "default", "1"); return err }, muster.EForbidden},
+		{"other model", func() error { _, err := agent.AgentMachine(ctx, "other", "0"); return err }, muster.EForbidden},
+		{"bad status", func() error {
+			_, err := agent.SetAgentMachine(ctx, "default", "0", api.AgentUpdate{Status: muster.Ptr("down")})
+			return err
+		}, muster.EInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wantCode(t, tc.call(), tc.code) })
+	}
+	if got := h.machine(t, "1").Status; got != muster.StatusPending {
+		t.Errorf("machine 1: got %s, want pending", got)
+	}
+	// A second login revokes the first token.
+	if _, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: pw, Nonce: nonce}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = agent.AgentMachine(ctx, "default", "0")
+	wantCode(t, err, muster.EUnauthorized)
+}
+
+func TestHeartbeatDownAndUp(t *testing.T) {
+	h := newHarness(t)
+	h.srv.Start()
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{})
+	pw, nonce := h.provision(t, "0", "a")
+	res, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: pw, Nonce: nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := h.anon.WithToken(res.Token)
+	if _, err := agent.SetAgentMachine(ctx, "default", "0", api.AgentUpdate{Status: muster.Ptr("started")}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() muster.MachineStatus { return h.machine(t, "0").Status }
+
+	// Heartbeats every period keep it started: after each advance, wait
+	// until the monitor has re-armed its timer, then look.
+	<-h.clock.WaitForTimers(1)
+	for i := 0; i < 4; i++ {
+		h.clock.Advance(10 * time.Second)
+		if _, err := agent.Heartbeat(ctx, "default", "0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.clock.Advance(25 * time.Second) // 25s after the last heartbeat: fewer than 3 missed
+	<-h.clock.WaitForTimers(1)
+	if got := status(); got != muster.StatusStarted {
+		t.Fatalf("after 2.5 missed heartbeats: got %s, want started", got)
+	}
+	h.clock.Advance(5 * time.Second) // 3 missed
+	eventually(t, "machine down", func() bool { return status() == muster.StatusDown })
+	if msg := h.machine(t, "0").StatusMessage; msg == "" {
+		t.Errorf("got empty status message for a down machine")
+	}
+
+	if _, err := agent.Heartbeat(ctx, "default", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != muster.StatusStarted {
+		t.Fatalf("after heartbeats resumed: got %s, want started", got)
+	}
+	// And it can go down again.
+	<-h.clock.WaitForTimers(1)
+	h.clock.Advance(30 * time.Second)
+	eventually(t, "machine down again", func() bool { return status() == muster.StatusDown })
+
+	es, err := h.admin.Events(ctx, "default", api.EventQuery{Machine: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range es {
+		kinds = append(kinds, e.Kind)
+	}
+	want := []string{"add-machine", "login", "started", "down", "up", "down"}
+	if len(kinds) != len(want) {
+		t.Fatalf("got event kinds %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("got event kinds %v, want %v", kinds, want)
+		}
+	}
+}
+
+// TestHeartbeatAdoptsStarted: machines already started when the monitor
+// starts (a controller restart) go down if their agents never come back.
+func TestHeartbeatAdoptsStarted(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{Count: 2})
+	h.provision(t, "0", "a")
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Start()
+	<-h.clock.WaitForTimers(1)
+	h.clock.Advance(30 * time.Second)
+	eventually(t, "machine down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
+	if got := h.machine(t, "1").Status; got != muster.StatusPending {
+		t.Errorf("pending machine: got %s, want pending", got)
+	}
+}
