@@ -222,6 +222,12 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 // start runs a provisioner (a new one each time, as after a restart).
 func (h *harness) start() {
 	h.tb.Helper()
+	h.start2(h.prov)
+}
+
+// start2 runs a provisioner on the given provider.
+func (h *harness) start2(prov muster.Provider) {
+	h.tb.Helper()
 	if h.cancel != nil {
 		h.tb.Fatal("provisioner already running")
 	}
@@ -233,7 +239,7 @@ func (h *harness) start() {
 		ControllerUUID: controllerUUID,
 		Model:          m,
 		Store:          h.store2,
-		Provider:       h.prov,
+		Provider:       prov,
 		AgentBinaries:  h.binaries,
 		Clock:          h.clock,
 		Observer:       h.observer,

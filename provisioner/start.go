@@ -28,7 +28,13 @@ type startJob struct {
 	autoRetries int
 	queued      time.Time
 	deferred    atomic.Bool // the machine became dead while starting (P13)
-	clearToken  bool        // the failure clears the launch token
+
+	// Owned by the worker running the job.
+	clearToken   bool // the failure clears the launch token
+	params       muster.StartParams
+	req          zoneRequest
+	attemptsLeft int
+	withZones    bool
 }
 
 // startResult is what a worker reports when a start job ends.
@@ -122,15 +128,64 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 	if err != nil {
 		return fmt.Errorf("record launch tokens: %w", err)
 	}
+	var queued []*startJob
 	for _, j := range jobs {
 		if !done[j.id] {
 			continue
 		}
 		p.stateOf(j.id).job = j
 		delete(p.retryAt, j.id)
-		p.pool.submit(func(ctx context.Context) { p.runStart(ctx, j) })
+		queued = append(queued, j)
 	}
+	p.submitStarts(queued)
 	return nil
+}
+
+// submitStarts queues start jobs: machines of the same launch shape go in
+// batches when the provider offers batch starts and the model allows them
+// (E3); the others one by one.
+func (p *Provisioner) submitStarts(jobs []*startJob) {
+	bs, ok := p.cfg.Provider.(muster.BatchStarter)
+	if !ok || !p.settings.Load().BatchStarts || bs.MaxBatch() < 2 || len(jobs) < 2 {
+		for _, j := range jobs {
+			p.pool.submit(func(ctx context.Context) { p.runStart(ctx, j) })
+		}
+		return
+	}
+	var keys []string
+	byShape := map[string][]*startJob{}
+	for _, j := range jobs {
+		k := launchShape(j.info)
+		if byShape[k] == nil {
+			keys = append(keys, k)
+		}
+		byShape[k] = append(byShape[k], j)
+	}
+	size := bs.MaxBatch()
+	for _, k := range keys {
+		js := byShape[k]
+		if len(js) == 1 {
+			p.pool.submit(func(ctx context.Context) { p.runStart(ctx, js[0]) })
+			continue
+		}
+		// Spread the batches over the workers rather than filling one.
+		n := (len(js) + size - 1) / size
+		per := (len(js) + n - 1) / n
+		for len(js) > 0 {
+			c := js[:min(per, len(js))]
+			js = js[len(c):]
+			p.pool.submit(func(ctx context.Context) { p.runBatch(ctx, bs, c) })
+		}
+	}
+}
+
+// launchShape is what machines must share to be started in one batch.
+func launchShape(info muster.ProvisioningInfo) string {
+	var st []string
+	for _, s := range info.Storage {
+		st = append(st, s.String())
+	}
+	return info.Constraints.String() + "|" + info.Base + "|" + info.Placement + "|" + strings.Join(st, " ")
 }
 
 // failureUpdate is the update for a provisioning error: instance status
@@ -151,11 +206,7 @@ func failureUpdate(id, msg string, next *time.Time) muster.MachineUpdate {
 }
 
 func (p *Provisioner) runStart(ctx context.Context, j *startJob) {
-	r := p.startMachine(ctx, j)
-	if !r.aborted {
-		p.obs.Provisioned(r.inst != nil, p.clock.Now().Sub(j.queued))
-	}
-	p.send(ctx, r)
+	p.report(ctx, p.startMachine(ctx, j))
 }
 
 // handleStartResult ends a start in the loop: the machine is no longer
@@ -196,131 +247,284 @@ func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) erro
 
 // startMachine runs P7–P12 for one machine.
 func (p *Provisioner) startMachine(ctx context.Context, j *startJob) startResult {
+	if err := p.prepare(ctx, j); err != nil {
+		return p.fail(ctx, j, err)
+	}
+	return p.attemptLoop(ctx, j)
+}
+
+// prepare builds the start parameters (P8) and the zone request with the
+// zones the provider allows (P9).
+func (p *Provisioner) prepare(ctx context.Context, j *startJob) error {
 	s := p.settings.Load()
 	params, err := p.buildParams(ctx, j)
 	if err != nil {
-		return p.fail(ctx, j, err)
+		return err
 	}
-	req := zoneRequest{
+	j.params = params
+	j.attemptsLeft = s.RetryCount
+	j.req = zoneRequest{
 		MachineID: j.id,
 		Allowed:   j.info.Constraints.Zones,
 		Group:     j.info.Group,
 		Shape:     shapeOf(j.info.Constraints, params.Arch),
 	}
-	if req.Placement, err = muster.ParsePlacement(j.info.Placement); err != nil {
-		return p.fail(ctx, j, err)
+	if j.req.Placement, err = muster.ParsePlacement(j.info.Placement); err != nil {
+		return err
 	}
-	withZones := p.withZones.Load()
-	if withZones && (j.info.Placement != "" || len(j.info.Storage) > 0) {
+	j.withZones = p.withZones.Load()
+	if j.withZones && (j.info.Placement != "" || len(j.info.Storage) > 0) {
 		err := p.call(ctx, "derive-zones", func(ctx context.Context) error {
 			var err error
-			req.Derived, err = p.cfg.Provider.DeriveZones(ctx, params)
+			j.req.Derived, err = p.cfg.Provider.DeriveZones(ctx, params)
 			return err
 		})
 		if err != nil {
-			return p.fail(ctx, j, fmt.Errorf("derive zones for machine %s: %w", j.id, err))
+			return fmt.Errorf("derive zones for machine %s: %w", j.id, err)
 		}
 	}
-	attemptsLeft := s.RetryCount
-	var res muster.StartResult
+	return nil
+}
+
+// chooseZone picks the zone of the next attempt (P10.1); "" without zones.
+func (p *Provisioner) chooseZone(j *startJob) (string, error) {
+	if !j.withZones {
+		return "", nil
+	}
+	return p.zones.choose(j.req, p.clock.Now())
+}
+
+// attemptLoop is the attempt loop of P10 from the job's current attempt.
+func (p *Provisioner) attemptLoop(ctx context.Context, j *startJob) startResult {
 	for {
 		if j.deferred.Load() {
 			return p.fail(ctx, j, muster.Errorf(muster.EConflict, "machine %s is dead", j.id))
 		}
-		zone := ""
-		if withZones {
-			if zone, err = p.zones.choose(req, p.clock.Now()); err != nil {
-				return p.fail(ctx, j, err)
-			}
+		zone, err := p.chooseZone(j)
+		if err != nil {
+			return p.fail(ctx, j, err)
 		}
-		params.Zone = zone
+		j.params.Zone = zone
+		var res muster.StartResult
 		err = p.call(ctx, "start", func(ctx context.Context) error {
 			var err error
-			res, err = p.cfg.Provider.StartInstance(ctx, params)
+			res, err = p.cfg.Provider.StartInstance(ctx, j.params)
 			return err
 		})
 		if err == nil {
-			break
+			return p.finish(ctx, []*startJob{j}, []muster.StartResult{res})[0]
 		}
-		if ctx.Err() != nil {
-			return startResult{job: j, aborted: true}
+		delay, r, done := p.onStartError(ctx, j, zone, err)
+		if done {
+			return r
 		}
-		if attemptsLeft == 0 {
-			p.zones.forget(j.id)
-			return p.fail(ctx, j, err)
-		}
-		kind := muster.ProviderErrorKindOf(err)
-		sameAttempt := false
-		if zone != "" && kind != muster.ErrZoneIndependent && kind != muster.ErrThrottled {
-			if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
-				p.zones.block(zone, req.Shape, p.clock.Now().Add(s.ZoneFailureTTL))
-			}
-			sameAttempt = p.zones.markFailed(req, zone, p.clock.Now())
-		}
-		delay := p.jitter(s.RetryDelay)
-		var msg string
-		if sameAttempt {
-			msg = fmt.Sprintf("start in zone %s failed: %v; retrying in another zone in %s", zone, err, delay.Round(time.Second))
-		} else {
-			attemptsLeft--
-			msg = fmt.Sprintf("start failed: %v; retrying in %s (%d more attempts)", err, delay.Round(time.Second), attemptsLeft)
-		}
-		p.log.Info("start failed; retrying", "machine", j.id, "zone", zone, "err", err, "attempts-left", attemptsLeft)
-		if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
-			ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceAllocating), InstanceMessage: muster.Ptr(msg),
-		}}); err != nil && ctx.Err() == nil {
-			p.log.Warn("retry status not set", "machine", j.id, "err", err)
-		}
-		p.appendEvents(ctx, p.newEvent(j.id, "retry", msg))
 		if err := p.sleep(ctx, delay); err != nil {
 			return startResult{job: j, aborted: true}
 		}
 	}
-	inst := res.Instance
-	if inst.MachineID == "" {
-		inst.MachineID = j.id
+}
+
+// onStartError applies P10.4–P10.6 to a failed start: either the start is
+// over (done, with its result) or it is retried after delay.
+func (p *Provisioner) onStartError(ctx context.Context, j *startJob, zone string, err error) (delay time.Duration, r startResult, done bool) {
+	if ctx.Err() != nil {
+		return 0, startResult{job: j, aborted: true}, true
 	}
-	if inst.LaunchToken == "" {
-		inst.LaunchToken = j.token
+	s := p.settings.Load()
+	if j.attemptsLeft <= 0 {
+		p.zones.forget(j.id)
+		return 0, p.fail(ctx, j, err), true
 	}
-	if inst.Tags == nil {
-		inst.Tags = params.Tags
-	}
-	if inst.Created.IsZero() {
-		inst.Created = p.clock.Now()
-	}
-	if inst.Zone == "" {
-		inst.Zone = params.Zone
-	}
-	info := res.Info()
-	info.Zone = inst.Zone
-	if info.Hardware.AvailabilityZone == "" {
-		info.Hardware.AvailabilityZone = inst.Zone
-	}
-	if j.deferred.Load() {
-		// Dead while starting: the record would be refused; stop the
-		// instance now (P13).
-		return p.stopUnrecorded(ctx, j, inst.ID, nil)
-	}
-	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, []muster.InstanceRecord{{MachineID: j.id, Nonce: j.nonce, Info: info}})
-	if err == nil && len(errs) > 0 && errs[0] != nil {
-		err = errs[0]
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			// Left for adoption by the next run (C2).
-			return startResult{job: j, aborted: true}
+	kind := muster.ProviderErrorKindOf(err)
+	sameAttempt := false
+	if zone != "" && kind != muster.ErrZoneIndependent && kind != muster.ErrThrottled {
+		if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
+			p.zones.block(zone, j.req.Shape, p.clock.Now().Add(s.ZoneFailureTTL))
 		}
-		return p.stopUnrecorded(ctx, j, inst.ID, fmt.Errorf("record instance %s of machine %s: %w", inst.ID, j.id, err))
+		sameAttempt = p.zones.markFailed(j.req, zone, p.clock.Now())
 	}
-	p.zones.set(j.id, inst.Zone)
-	msg := fmt.Sprintf("instance %s running", inst.ID)
-	if inst.Zone != "" {
-		msg += " in zone " + inst.Zone
+	delay = p.jitter(s.RetryDelay)
+	var msg string
+	if sameAttempt {
+		msg = fmt.Sprintf("start in zone %s failed: %v; retrying in another zone in %s", zone, err, delay.Round(time.Second))
+	} else {
+		j.attemptsLeft--
+		msg = fmt.Sprintf("start failed: %v; retrying in %s (%d more attempts)", err, delay.Round(time.Second), j.attemptsLeft)
 	}
-	p.appendEvents(ctx, p.newEvent(j.id, "provisioned", msg))
-	p.log.Info("instance started", "machine", j.id, "instance", inst.ID, "zone", inst.Zone)
-	return startResult{job: j, inst: &inst}
+	p.log.Info("start failed; retrying", "machine", j.id, "zone", zone, "err", err, "attempts-left", j.attemptsLeft)
+	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
+		ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceAllocating), InstanceMessage: muster.Ptr(msg),
+	}}); err != nil && ctx.Err() == nil && !muster.IsCode(err, muster.ENotFound) {
+		p.log.Warn("retry status not set", "machine", j.id, "err", err)
+	}
+	p.appendEvents(ctx, p.newEvent(j.id, "retry", msg))
+	return delay, startResult{}, false
+}
+
+// finish records the instances started for jobs (P11, P12) in one
+// transaction (E4) and returns one result per job.
+func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []muster.StartResult) []startResult {
+	out := make([]startResult, len(jobs))
+	insts := make([]muster.Instance, len(jobs))
+	var (
+		recs []muster.InstanceRecord
+		idx  []int
+	)
+	for i, j := range jobs {
+		inst := results[i].Instance
+		if inst.MachineID == "" {
+			inst.MachineID = j.id
+		}
+		if inst.LaunchToken == "" {
+			inst.LaunchToken = j.token
+		}
+		if inst.Tags == nil {
+			inst.Tags = j.params.Tags
+		}
+		if inst.Created.IsZero() {
+			inst.Created = p.clock.Now()
+		}
+		if inst.Zone == "" {
+			inst.Zone = j.params.Zone
+		}
+		insts[i] = inst
+		if j.deferred.Load() {
+			// Dead while starting: the record would be refused; stop the
+			// instance now (P13).
+			out[i] = p.stopUnrecorded(ctx, j, inst.ID, nil)
+			continue
+		}
+		info := results[i].Info()
+		info.Zone = inst.Zone
+		if info.Hardware.AvailabilityZone == "" {
+			info.Hardware.AvailabilityZone = inst.Zone
+		}
+		recs = append(recs, muster.InstanceRecord{MachineID: j.id, Nonce: j.nonce, Info: info})
+		idx = append(idx, i)
+	}
+	if len(recs) == 0 {
+		return out
+	}
+	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, recs)
+	var evs []muster.Event
+	for k, i := range idx {
+		j, inst := jobs[i], insts[i]
+		rerr := err
+		if rerr == nil && k < len(errs) && errs[k] != nil {
+			rerr = errs[k]
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				// Left for adoption by the next run (C2).
+				out[i] = startResult{job: j, aborted: true}
+				continue
+			}
+			out[i] = p.stopUnrecorded(ctx, j, inst.ID, fmt.Errorf("record instance %s of machine %s: %w", inst.ID, j.id, rerr))
+			continue
+		}
+		p.zones.set(j.id, inst.Zone)
+		msg := fmt.Sprintf("instance %s running", inst.ID)
+		if inst.Zone != "" {
+			msg += " in zone " + inst.Zone
+		}
+		evs = append(evs, p.newEvent(j.id, "provisioned", msg))
+		p.log.Info("instance started", "machine", j.id, "instance", inst.ID, "zone", inst.Zone)
+		out[i] = startResult{job: j, inst: &inst}
+	}
+	p.appendEvents(ctx, evs...)
+	return out
+}
+
+// report hands a start's result to the loop.
+func (p *Provisioner) report(ctx context.Context, r startResult) {
+	if !r.aborted {
+		p.obs.Provisioned(r.inst != nil, p.clock.Now().Sub(r.job.queued))
+	}
+	p.send(ctx, r)
+}
+
+// runBatch starts machines of one launch shape with batch starts (E3):
+// zones are chosen per machine (Z3, Z4) and the machines of each zone go
+// in one call. Machines whose start fails go on alone, each with its own
+// attempt loop (P10).
+func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs []*startJob) {
+	byZone := map[string][]*startJob{}
+	var zones []string
+	for _, j := range jobs {
+		if err := p.prepare(ctx, j); err != nil {
+			p.report(ctx, p.fail(ctx, j, err))
+			continue
+		}
+		if j.deferred.Load() {
+			p.report(ctx, p.fail(ctx, j, muster.Errorf(muster.EConflict, "machine %s is dead", j.id)))
+			continue
+		}
+		zone, err := p.chooseZone(j)
+		if err != nil {
+			p.report(ctx, p.fail(ctx, j, err))
+			continue
+		}
+		j.params.Zone = zone
+		if byZone[zone] == nil {
+			zones = append(zones, zone)
+		}
+		byZone[zone] = append(byZone[zone], j)
+	}
+	for _, zone := range zones {
+		js := byZone[zone]
+		ps := make([]muster.StartParams, len(js))
+		for i, j := range js {
+			ps[i] = j.params
+		}
+		var outs []muster.StartOutcome
+		err := p.call(ctx, "start-batch", func(ctx context.Context) error {
+			outs = bs.StartInstances(ctx, ps)
+			if len(outs) != len(ps) {
+				return muster.NewProviderError(muster.ErrUnavailable, "", "batch start returned %d outcomes for %d starts", len(outs), len(ps))
+			}
+			// A throttled call fails every start: make it again.
+			for _, o := range outs {
+				if muster.ProviderErrorKindOf(o.Err) != muster.ErrThrottled {
+					return nil
+				}
+			}
+			return outs[0].Err
+		})
+		if err != nil && len(outs) != len(ps) {
+			outs = make([]muster.StartOutcome, len(ps))
+			for i := range outs {
+				outs[i].Err = err
+			}
+		}
+		var (
+			okJobs []*startJob
+			okRes  []muster.StartResult
+		)
+		for i, j := range js {
+			if outs[i].Err == nil {
+				okJobs = append(okJobs, j)
+				okRes = append(okRes, outs[i].Result)
+				continue
+			}
+			delay, r, done := p.onStartError(ctx, j, zone, outs[i].Err)
+			if done {
+				p.report(ctx, r)
+				continue
+			}
+			p.pool.submit(func(ctx context.Context) {
+				if err := p.sleep(ctx, delay); err != nil {
+					p.send(ctx, startResult{job: j, aborted: true})
+					return
+				}
+				p.report(ctx, p.attemptLoop(ctx, j))
+			})
+		}
+		if len(okJobs) > 0 {
+			for _, r := range p.finish(ctx, okJobs, okRes) {
+				p.report(ctx, r)
+			}
+		}
+	}
 }
 
 // stopUnrecorded stops an instance that could not be recorded at once, so

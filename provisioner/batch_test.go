@@ -1,0 +1,118 @@
+package provisioner_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/sim"
+)
+
+// batchProvider is recProvider with the sim's batch start (E3).
+type batchProvider struct {
+	*recProvider
+	mu      sync.Mutex
+	batches [][]muster.StartParams
+}
+
+var _ muster.BatchStarter = (*batchProvider)(nil)
+
+func (b *batchProvider) StartInstances(ctx context.Context, ps []muster.StartParams) []muster.StartOutcome {
+	b.mu.Lock()
+	b.batches = append(b.batches, append([]muster.StartParams(nil), ps...))
+	b.mu.Unlock()
+	return b.p.StartInstances(ctx, ps)
+}
+
+func (b *batchProvider) MaxBatch() int { return b.p.MaxBatch() }
+
+func (b *batchProvider) batchCalls() [][]muster.StartParams {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([][]muster.StartParams(nil), b.batches...)
+}
+
+func allRunning(h *harness, n int) func() bool {
+	return func() bool {
+		ms, err := h.store.Machines(h.ctx, h.model.UUID, nil)
+		if err != nil || len(ms) != n {
+			return false
+		}
+		for _, m := range ms {
+			if !m.HasInstance() || m.InstanceStatus != muster.InstanceRunning {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func zoneCounts(h *harness) map[string]int {
+	ms, err := h.store.Machines(h.ctx, h.model.UUID, nil)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, m := range ms {
+		out[m.Instance.Zone]++
+	}
+	return out
+}
+
+func TestE3_BatchStarts(t *testing.T) {
+	h := newHarness(t)
+	bp := &batchProvider{recProvider: h.prov}
+	h.start2(bp)
+	h.add(60, muster.MachineTemplate{Group: "web"})
+	h.waitFor("60 machines running", allRunning(h, 60))
+	calls := bp.batchCalls()
+	if len(calls)+len(h.prov.startCalls()) > 12 {
+		t.Errorf("got %d batch and %d single start calls for 60 machines, want at most 0.2 per machine", len(calls), len(h.prov.startCalls()))
+	}
+	n := 0
+	for _, c := range calls {
+		n += len(c)
+		for _, p := range c[1:] {
+			if p.Zone != c[0].Zone {
+				t.Errorf("one batch call spans zones %s and %s", c[0].Zone, p.Zone)
+			}
+		}
+	}
+	if n != 60 {
+		t.Errorf("got %d machines in batch calls, want 60", n)
+	}
+	if got := zoneCounts(h); got["a"] != 20 || got["b"] != 20 || got["c"] != 20 {
+		t.Errorf("got zones %v, want 20 each (Z8)", got)
+	}
+	if got := len(h.cloudInstances()); got != 60 {
+		t.Errorf("got %d instances, want 60", got)
+	}
+}
+
+func TestE3_BatchFailuresRetriedAlone(t *testing.T) {
+	h := newHarness(t, withFaults(sim.Faults{FailNext: map[string]int{"a": 100}}))
+	bp := &batchProvider{recProvider: h.prov}
+	h.start2(bp)
+	h.add(9, muster.MachineTemplate{})
+	h.advanceUntil("9 machines running", time.Second, allRunning(h, 9))
+	got := zoneCounts(h)
+	if got["a"] != 0 || got["b"]+got["c"] != 9 || got["b"]-got["c"] > 1 || got["c"]-got["b"] > 1 {
+		t.Errorf("got zones %v, want none in the full zone a and b, c within one", got)
+	}
+	if n := len(h.prov.startCalls()); n != 3 {
+		t.Errorf("got %d single starts, want the 3 machines that failed in a", n)
+	}
+	for _, c := range h.prov.startCalls() {
+		if c.Zone == "a" {
+			t.Errorf("machine %s retried in the full zone a", c.MachineID)
+		}
+	}
+	for i := 0; i < 9; i++ {
+		if m := h.machine(fmt.Sprint(i)); m.AutoRetries != 0 {
+			t.Errorf("machine %d: got %d automatic retries, want 0", i, m.AutoRetries)
+		}
+	}
+}
