@@ -32,7 +32,7 @@ func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
 		defer stmt.Close()
 		for i, e := range es {
 			if !checked[e.ModelUUID] {
-				if err := s.checkModel(ctx, t.tx, e.ModelUUID); err != nil {
+				if err := t.checkModel(ctx, e.ModelUUID); err != nil {
 					return err
 				}
 				checked[e.ModelUUID] = true
@@ -68,7 +68,7 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
 	q := `SELECT seq, model_uuid, machine_id, time, actor, kind, message FROM events WHERE model_uuid = ? AND seq > ?`
@@ -83,7 +83,7 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 	} else {
 		q += ` ORDER BY seq`
 	}
-	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(q), args...)
+	rows, err := s.query(ctx, (q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}

@@ -125,7 +125,7 @@ func (s *Store) Machine(ctx context.Context, modelUUID, id string) (muster.Machi
 	}
 	n, ok := parseID(id)
 	if ok {
-		row := s.rdb.QueryRowContext(ctx, s.d.rebind(`SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`), modelUUID, n)
+		row := s.queryRow(ctx, (`SELECT ` + machineCols + ` FROM machines WHERE model_uuid = ? AND id = ?`), modelUUID, n)
 		m, err := scanMachine(row)
 		if err == nil {
 			return m, nil
@@ -134,7 +134,7 @@ func (s *Store) Machine(ctx context.Context, modelUUID, id string) (muster.Machi
 			return muster.Machine{}, fmt.Errorf("read machine %s: %w", id, err)
 		}
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return muster.Machine{}, err
 	}
 	return muster.Machine{}, muster.Errorf(muster.ENotFound, "machine %q not found", id)
@@ -146,7 +146,7 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
 	q := `SELECT ` + machineCols + ` FROM machines WHERE model_uuid = ?`
@@ -159,7 +159,7 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 		q += ` AND ` + s.d.inList("id")
 		args = append(args, s.d.listArg(nums))
 	}
-	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(q+` ORDER BY id`), args...)
+	rows, err := s.query(ctx, (q + ` ORDER BY id`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read machines: %w", err)
 	}
@@ -204,7 +204,7 @@ func (s *Store) UpdateMachines(ctx context.Context, modelUUID string, us []muste
 		}
 	}
 	return s.write(ctx, func(t *wtx) error {
-		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
 		if len(us) == 0 {
@@ -313,7 +313,7 @@ func boolInt(b bool) int {
 func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []muster.InstanceRecord) ([]error, error) {
 	errs := make([]error, len(rs))
 	err := s.write(ctx, func(t *wtx) error {
-		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
 		if len(rs) == 0 {
@@ -383,7 +383,7 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 func (s *Store) RemoveMachines(ctx context.Context, modelUUID string, ids []string) error {
 	nums := parseIDs(ids)
 	return s.write(ctx, func(t *wtx) error {
-		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
 		if len(nums) == 0 {
@@ -446,10 +446,10 @@ func (s *Store) ReleasedInstances(ctx context.Context, modelUUID string) (map[st
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
-	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT instance_id FROM released_instances WHERE model_uuid = ?`), modelUUID)
+	rows, err := s.query(ctx, (`SELECT instance_id FROM released_instances WHERE model_uuid = ?`), modelUUID)
 	if err != nil {
 		return nil, fmt.Errorf("read released instances: %w", err)
 	}
@@ -474,7 +474,7 @@ func (s *Store) ProvisioningInfo(ctx context.Context, modelUUID string, ids []st
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
 	out := map[string]muster.ProvisioningInfo{}
@@ -482,7 +482,7 @@ func (s *Store) ProvisioningInfo(ctx context.Context, modelUUID string, ids []st
 	if len(nums) == 0 {
 		return out, nil
 	}
-	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT id, constraints, base, placement, storage, grp FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")),
+	rows, err := s.query(ctx, (`SELECT id, constraints, base, placement, storage, grp FROM machines WHERE model_uuid = ? AND ` + s.d.inList("id")),
 		modelUUID, s.d.listArg(nums))
 	if err != nil {
 		return nil, fmt.Errorf("read provisioning info: %w", err)
@@ -519,7 +519,7 @@ func (s *Store) DistributionGroups(ctx context.Context, modelUUID string, ids []
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
 	out := map[string][]string{}
@@ -527,9 +527,9 @@ func (s *Store) DistributionGroups(ctx context.Context, modelUUID string, ids []
 	if len(nums) == 0 {
 		return out, nil
 	}
-	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT q.id, m.id FROM machines q
+	rows, err := s.query(ctx, (`SELECT q.id, m.id FROM machines q
 		JOIN machines m ON m.model_uuid = q.model_uuid AND m.grp = q.grp
-		WHERE q.model_uuid = ? AND q.grp <> '' AND `+s.d.inList("q.id")+` AND (m.life = 'alive' OR m.id = q.id)
+		WHERE q.model_uuid = ? AND q.grp <> '' AND ` + s.d.inList("q.id") + ` AND (m.life = 'alive' OR m.id = q.id)
 		ORDER BY q.id, m.id`), modelUUID, s.d.listArg(nums))
 	if err != nil {
 		return nil, fmt.Errorf("read distribution groups: %w", err)

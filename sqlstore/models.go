@@ -111,7 +111,7 @@ func (s *Store) Model(ctx context.Context, nameOrUUID string) (muster.Model, err
 	if err := s.checkOpen(); err != nil {
 		return muster.Model{}, err
 	}
-	row := s.rdb.QueryRowContext(ctx, s.d.rebind(`SELECT `+modelCols+` FROM models WHERE uuid = ? OR name = ? ORDER BY CASE WHEN uuid = ? THEN 0 ELSE 1 END LIMIT 1`),
+	row := s.queryRow(ctx, (`SELECT ` + modelCols + ` FROM models WHERE uuid = ? OR name = ? ORDER BY CASE WHEN uuid = ? THEN 0 ELSE 1 END LIMIT 1`),
 		nameOrUUID, nameOrUUID, nameOrUUID)
 	m, err := scanModel(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -173,7 +173,7 @@ func (s *Store) UpdateModelSettings(ctx context.Context, modelUUID string, set m
 // released instances.
 func (s *Store) RemoveModel(ctx context.Context, modelUUID string) error {
 	return s.write(ctx, func(t *wtx) error {
-		if err := s.checkModel(ctx, t.tx, modelUUID); err != nil {
+		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
 		var n int

@@ -36,6 +36,10 @@ type Store struct {
 	log   *slog.Logger
 	poll  time.Duration
 
+	stmtMu sync.Mutex
+	wstmts map[string]*sql.Stmt // prepared on wdb, keyed by query text
+	rstmts map[string]*sql.Stmt // prepared on rdb
+
 	mu     sync.Mutex
 	notify chan struct{} // closed and replaced after each commit with changes
 	closed bool
@@ -86,6 +90,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		poll:   o.poll,
 		notify: make(chan struct{}),
 		done:   make(chan struct{}),
+		wstmts: map[string]*sql.Stmt{},
+		rstmts: map[string]*sql.Stmt{},
 	}
 	// WAL lets readers run beside the writer; synchronous=NORMAL is safe
 	// in WAL mode (a power loss may lose the last commits, never corrupt).
@@ -142,6 +148,14 @@ func (s *Store) Close() error {
 		close(s.done)
 		s.mu.Unlock()
 		s.wg.Wait()
+		s.stmtMu.Lock()
+		for _, st := range s.wstmts {
+			st.Close()
+		}
+		for _, st := range s.rstmts {
+			st.Close()
+		}
+		s.stmtMu.Unlock()
 		err = errors.Join(s.rdb.Close(), s.wdb.Close())
 	})
 	return err
@@ -223,26 +237,102 @@ type change struct {
 
 // wtx is a write transaction that collects its changes.
 type wtx struct {
-	tx      *sql.Tx
-	s       *Store
-	changes []change
-	seen    map[change]bool
+	tx       *sql.Tx
+	s        *Store
+	changes  []change
+	seen     map[change]bool
+	uncached map[string]bool // queries to prepare once the transaction is over
 }
 
 func (t *wtx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(ctx, t.s.d.rebind(q), args...)
+	st, err := t.prepare(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
 }
 
 func (t *wtx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, t.s.d.rebind(q), args...)
+	st, err := t.prepare(ctx, q)
+	if err != nil {
+		// A Row carries its error only when made by database/sql; run the
+		// query unprepared to get one.
+		return t.tx.QueryRowContext(ctx, t.s.d.rebind(q), args...)
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 func (t *wtx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, t.s.d.rebind(q), args...)
+	st, err := t.prepare(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
 }
 
+// prepare returns q prepared for the transaction. Statements are prepared
+// once on the write connection and reused by every transaction; a query
+// met for the first time is prepared on the transaction alone (the write
+// connection is busy with it) and cached after the transaction ends.
 func (t *wtx) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
+	t.s.stmtMu.Lock()
+	st, ok := t.s.wstmts[q]
+	t.s.stmtMu.Unlock()
+	if ok {
+		return t.tx.StmtContext(ctx, st), nil
+	}
+	if t.uncached == nil {
+		t.uncached = map[string]bool{}
+	}
+	t.uncached[q] = true
 	return t.tx.PrepareContext(ctx, t.s.d.rebind(q))
+}
+
+// stmt returns the cached statement of q on db. It does not hold stmtMu
+// while preparing: preparing on wdb waits for the write connection, whose
+// transaction may itself need the cache.
+func (s *Store) stmt(ctx context.Context, db *sql.DB, cache map[string]*sql.Stmt, q string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	st, ok := cache[q]
+	s.stmtMu.Unlock()
+	if ok {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, s.d.rebind(q))
+	if err != nil {
+		return nil, fmt.Errorf("prepare %q: %w", q, err)
+	}
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if old, ok := cache[q]; ok {
+		st.Close()
+		return old, nil
+	}
+	cache[q] = st
+	return st, nil
+}
+
+// read returns q prepared for reads.
+func (s *Store) read(ctx context.Context, q string) (*sql.Stmt, error) {
+	return s.stmt(ctx, s.rdb, s.rstmts, q)
+}
+
+// queryRow runs a one-row read.
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := s.read(ctx, q)
+	if err != nil {
+		return s.queryRow(ctx, (q), args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// query runs a read.
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := s.read(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
 }
 
 // change records a change to be written with the transaction.
@@ -270,6 +360,7 @@ func (s *Store) write(ctx context.Context, fn func(t *wtx) error) error {
 	}
 	defer tx.Rollback()
 	t := &wtx{tx: tx, s: s}
+	defer s.cacheWrites(t)
 	if err := fn(t); err != nil {
 		return err
 	}
@@ -301,6 +392,18 @@ func (s *Store) write(ctx context.Context, fn func(t *wtx) error) error {
 	return nil
 }
 
+// cacheWrites prepares the queries t met for the first time on the write
+// connection, which t no longer holds once rolled back or committed.
+func (s *Store) cacheWrites(t *wtx) {
+	t.tx.Rollback() // no-op after Commit; frees the connection
+	for q := range t.uncached {
+		if _, err := s.stmt(context.Background(), s.wdb, s.wstmts, q); err != nil {
+			// Not fatal: the query is prepared per transaction until then.
+			s.log.Debug("prepare statement", "err", err)
+		}
+	}
+}
+
 func (s *Store) notifier() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -313,7 +416,7 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	var rev int64
-	if err := s.rdb.QueryRowContext(ctx, `SELECT revision FROM revision_counter WHERE one = 1`).Scan(&rev); err != nil {
+	if err := s.queryRow(ctx, `SELECT revision FROM revision_counter WHERE one = 1`).Scan(&rev); err != nil {
 		return 0, fmt.Errorf("read revision: %w", err)
 	}
 	return rev, nil
@@ -325,10 +428,21 @@ type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }
 
+const modelExists = `SELECT 1 FROM models WHERE uuid = ?`
+
 // checkModel returns ENotFound unless the model exists.
-func (s *Store) checkModel(ctx context.Context, q querier, modelUUID string) error {
+func (s *Store) checkModel(ctx context.Context, modelUUID string) error {
+	return modelFound(s.queryRow(ctx, modelExists, modelUUID), modelUUID)
+}
+
+// checkModel returns ENotFound unless the model exists.
+func (t *wtx) checkModel(ctx context.Context, modelUUID string) error {
+	return modelFound(t.queryRow(ctx, modelExists, modelUUID), modelUUID)
+}
+
+func modelFound(row *sql.Row, modelUUID string) error {
 	var one int
-	err := q.QueryRowContext(ctx, s.d.rebind(`SELECT 1 FROM models WHERE uuid = ?`), modelUUID).Scan(&one)
+	err := row.Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return muster.Errorf(muster.ENotFound, "model %q not found", modelUUID)
 	}

@@ -34,7 +34,7 @@ func (s *Store) Watch(ctx context.Context, modelUUID string, from int64, kinds .
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := s.checkModel(ctx, s.rdb, modelUUID); err != nil {
+	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
 	w := &watcher{
@@ -203,7 +203,7 @@ func (w *watcher) restore(cs muster.ChangeSet) {
 // read adds the changes after w.last to the pending set.
 func (w *watcher) read(ctx context.Context) error {
 	s := w.s
-	rows, err := s.rdb.QueryContext(ctx, s.d.rebind(`SELECT revision, kind, key FROM changes WHERE model_uuid = ? AND revision > ? ORDER BY revision`), w.model, w.last)
+	rows, err := s.query(ctx, (`SELECT revision, kind, key FROM changes WHERE model_uuid = ? AND revision > ? ORDER BY revision`), w.model, w.last)
 	if err != nil {
 		return fmt.Errorf("watch model %s: read changes: %w", w.model, err)
 	}

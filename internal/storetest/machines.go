@@ -2,8 +2,8 @@ package storetest
 
 import (
 	"reflect"
-	"testing"
 	"strconv"
+	"testing"
 	"time"
 
 	"github.com/musterhq/muster"

@@ -410,11 +410,6 @@ func testConcurrentWriters(t *testing.T, h *harness) {
 			defer wg.Done()
 			var id string
 			for i := 0; i < writesEach; i++ {
-				before, err := s.Revision(ctx)
-				if err != nil {
-					t.Errorf("revision: %v", err)
-					return
-				}
 				if i%2 == 0 {
 					ms, err := s.AddMachines(ctx, m.UUID, []muster.MachineTemplate{{}})
 					if err != nil {
@@ -423,15 +418,22 @@ func testConcurrentWriters(t *testing.T, h *harness) {
 					}
 					id = ms[0].ID
 				} else {
-					err := s.UpdateMachines(ctx, m.UUID, []muster.MachineUpdate{{ID: id, StatusMessage: muster.Ptr("write " + strconv.Itoa(i))}})
+					// The update is the machine's last write: the watcher
+					// must deliver it in a set newer than before.
+					before, err := s.Revision(ctx)
+					if err != nil {
+						t.Errorf("revision: %v", err)
+						return
+					}
+					err = s.UpdateMachines(ctx, m.UUID, []muster.MachineUpdate{{ID: id, StatusMessage: muster.Ptr("write " + strconv.Itoa(i))}})
 					if err != nil {
 						t.Errorf("update machine %s: %v", id, err)
 						return
 					}
+					mu.Lock()
+					lastWrite[id] = before
+					mu.Unlock()
 				}
-				mu.Lock()
-				lastWrite[id] = before
-				mu.Unlock()
 				if i%50 == 0 { // noise in another model
 					if _, err := s.AddMachines(ctx, other.UUID, []muster.MachineTemplate{{}}); err != nil {
 						t.Errorf("add machine to other model: %v", err)
