@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 
 func openSQLite(tb testing.TB, dir, name string) muster.Store {
 	tb.Helper()
-	s, err := sqlstore.Open(context.Background(), "sqlite://"+filepath.Join(dir, name+".db"), sqlstore.WithPollInterval(50*time.Millisecond))
+	s, err := sqlstore.Open(context.Background(), "sqlite://"+filepath.Join(dir, name+".db"),
+		sqlstore.WithPollInterval(50*time.Millisecond), sqlstore.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
@@ -25,4 +27,50 @@ func TestSQLiteConformance(t *testing.T) {
 	storetest.Run(t, func(tb testing.TB, name string) muster.Store {
 		return openSQLite(tb, dir, name)
 	})
+}
+
+func TestOpenBadURL(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, url string
+	}{
+		{"other scheme", "mysql://localhost/muster"},
+		{"empty", ""},
+		{"query", "sqlite://" + filepath.Join(dir, "x.db") + "?mode=ro"},
+		{"memory", ":memory:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := sqlstore.Open(context.Background(), tc.url)
+			if err == nil {
+				s.Close()
+			}
+			if got := muster.ErrorCode(err); got != muster.EInvalid {
+				t.Fatalf("open %q: got %v (code %q), want code %q", tc.url, err, got, muster.EInvalid)
+			}
+		})
+	}
+}
+
+func TestOpenBarePathAndReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "muster.db")
+	ctx := context.Background()
+	s, err := sqlstore.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open bare path: %v", err)
+	}
+	if _, err := s.CreateModel(ctx, muster.Model{Name: "default", Provider: "sim"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The same file through a URL; migrations are not applied twice.
+	s, err = sqlstore.Open(ctx, "sqlite://"+path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Model(ctx, "default"); err != nil {
+		t.Fatalf("model after reopen: %v", err)
+	}
 }

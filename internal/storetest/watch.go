@@ -392,8 +392,12 @@ func testWatchErrors(t *testing.T, h *harness) {
 
 // testConcurrentWriters runs writers in parallel with a watcher that must
 // see, for every machine, a change set after that machine's last write.
+// -short makes it 8 × 100 writes instead of 8 × 500.
 func testConcurrentWriters(t *testing.T, h *harness) {
-	const writers, writesEach = 8, 500
+	writers, writesEach := 8, 500
+	if testing.Short() {
+		writesEach = 100
+	}
 	ctx := ctxFor(t)
 	s := h.store(t)
 	m := newModel(t, s, "m")
