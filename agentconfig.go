@@ -1,0 +1,70 @@
+package muster
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/url"
+)
+
+// AgentConfig is what a machine agent needs to log in (SPEC §4). The
+// provisioner writes it as JSON into StartParams.UserData; the docker
+// provider places it in the container, cloud-init on a VM.
+type AgentConfig struct {
+	Controller   string   `json:"controller"`    // controller uuid
+	Model        string   `json:"model"`         // model uuid (or name)
+	Machine      string   `json:"machine"`       // machine id
+	Nonce        string   `json:"nonce"`         // the provisioning attempt's nonce
+	Password     string   `json:"password"`      // the agent's password, in clear
+	APIAddresses []string `json:"api-addresses"` // controller URLs, https://host:port, tried in order
+	CACert       string   `json:"ca-cert"`       // PEM certificate of the controller's CA
+}
+
+// ParseAgentConfig decodes a JSON agent configuration and validates it.
+// Unknown keys are ignored, so that an older agent accepts the
+// configuration of a newer controller.
+func ParseAgentConfig(data []byte) (AgentConfig, error) {
+	var c AgentConfig
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return c, Errorf(EInvalid, "agent config is empty")
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return AgentConfig{}, &Error{Code: EInvalid, Message: fmt.Sprintf("bad agent config: %v", err), Err: err}
+	}
+	if err := c.Validate(); err != nil {
+		return AgentConfig{}, err
+	}
+	return c, nil
+}
+
+// Validate checks that every field needed to log in is present and well
+// formed; the error (EInvalid) names the first bad key.
+func (c AgentConfig) Validate() error {
+	for _, f := range []struct{ key, val string }{
+		{"model", c.Model}, {"machine", c.Machine}, {"nonce", c.Nonce}, {"password", c.Password}, {"ca-cert", c.CACert},
+	} {
+		if f.val == "" {
+			return Errorf(EInvalid, "bad agent config: %s is missing", f.key)
+		}
+	}
+	if len(c.APIAddresses) == 0 {
+		return Errorf(EInvalid, "bad agent config: api-addresses is missing")
+	}
+	for _, a := range c.APIAddresses {
+		u, err := url.Parse(a)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return Errorf(EInvalid, "bad agent config: api-addresses: bad address %q: want https://host:port", a)
+		}
+	}
+	block, _ := pem.Decode([]byte(c.CACert))
+	if block == nil || block.Type != "CERTIFICATE" {
+		return Errorf(EInvalid, "bad agent config: ca-cert: no PEM certificate")
+	}
+	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		return Errorf(EInvalid, "bad agent config: ca-cert: %v", err)
+	}
+	return nil
+}
