@@ -153,8 +153,8 @@ func TestC3_DuplicateStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.resync()
-	h.waitFor("duplicate stopped", func() bool { _, ok := h.cloudInstances()[dup.ID]; return !ok })
+	// The next full pass (P19) finds and stops the duplicate.
+	h.advanceUntil("duplicate stopped", h.model.Settings.ResyncInterval/4, func() bool { _, ok := h.cloudInstances()[dup.ID]; return !ok })
 	if _, ok := h.cloudInstances()[kept]; !ok {
 		t.Errorf("the recorded instance %s was stopped", kept)
 	}
@@ -241,6 +241,7 @@ func TestE2_ThrottledStartsAreRetriedAndSlowDown(t *testing.T) {
 		}
 		return true
 	})
+	h.waitFor("6 provisioned reports", func() bool { o.mu.Lock(); defer o.mu.Unlock(); return o.ok+o.fail >= 6 })
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ok != 6 || o.fail != 0 {

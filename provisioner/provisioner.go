@@ -57,6 +57,7 @@ type mstate struct {
 	job      *startJob // non-nil while starting (P6)
 	stopping bool
 	deferred bool
+	recheck  bool // changed after its start failed: read again when the start ends
 }
 
 type viewEntry struct {
@@ -296,7 +297,7 @@ func (p *Provisioner) stateOf(id string) *mstate {
 }
 
 func (p *Provisioner) tidy(id string) {
-	if st := p.state[id]; st != nil && st.job == nil && !st.stopping && !st.deferred {
+	if st := p.state[id]; st != nil && st.job == nil && !st.stopping && !st.deferred && !st.recheck {
 		delete(p.state, id)
 	}
 }
@@ -633,6 +634,11 @@ func (p *Provisioner) process(ctx context.Context, ms []muster.Machine, stops ma
 		byID[ms[i].ID] = &ms[i]
 	}
 	p.scheduleRetries(ms)
+	for _, m := range ms {
+		if st := p.state[m.ID]; st != nil && st.job != nil && st.job.ended.Load() {
+			st.recheck = true
+		}
+	}
 	pl := classifyAll(ms, p.flagsOf)
 
 	if len(pl.MakeDead) > 0 {

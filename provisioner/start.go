@@ -28,6 +28,11 @@ type startJob struct {
 	autoRetries int
 	queued      time.Time
 	deferred    atomic.Bool // the machine became dead while starting (P13)
+	ended       atomic.Bool // the provisioning error is being written
+
+	// reuse: the token and nonce are those of an earlier start that may
+	// have launched an instance before a crash (C1).
+	reuse bool
 
 	// Owned by the worker running the job.
 	clearToken   bool // the failure clears the launch token
@@ -98,22 +103,29 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 		// have been started by a run that crashed: starting again with the
 		// same token and nonce is idempotent at the cloud (C1).
 		j.token, j.nonce = m.LaunchToken, m.Nonce
-		if j.token == "" || j.nonce == "" {
+		j.reuse = j.token != "" && j.nonce != "" && m.PasswordHash != ""
+		if !j.reuse {
 			j.token = muster.NewSecret()
 			j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
 		}
 		j.password = muster.NewSecret()
 		jobs = append(jobs, j)
-		us = append(us, muster.MachineUpdate{
+		u := muster.MachineUpdate{
 			ID:              m.ID,
 			Status:          muster.Ptr(muster.StatusPending),
 			InstanceStatus:  muster.Ptr(muster.InstanceAllocating),
 			InstanceMessage: muster.Ptr("starting"),
 			LaunchToken:     muster.Ptr(j.token),
 			Nonce:           muster.Ptr(j.nonce),
-			PasswordHash:    muster.Ptr(muster.HashSecret(j.password)),
 			NextRetry:       muster.Ptr(time.Time{}),
-		})
+		}
+		if !j.reuse {
+			// With a reused token the stored hash may belong to an
+			// instance that already runs; it is replaced only once the
+			// start turns out to have launched a new one (see finish).
+			u.PasswordHash = muster.Ptr(muster.HashSecret(j.password))
+		}
+		us = append(us, u)
 	}
 	if len(failed) > 0 {
 		if _, err := p.updateEach(ctx, failed); err != nil {
@@ -229,8 +241,10 @@ func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) erro
 		p.retryAt[id] = retryEntry{at: r.retryAt, n: r.job.autoRetries}
 		p.armRetry()
 	}
-	if st.deferred {
-		st.deferred = false
+	if st.deferred || st.recheck {
+		// Dead while starting (P13), or changed (e.g. a retry request)
+		// after the provisioning error was written: look again.
+		st.deferred, st.recheck = false, false
 		ms, err := p.cfg.Store.Machines(ctx, p.modelUUID, []string{id})
 		if err != nil {
 			return fmt.Errorf("read machines: %w", err)
@@ -405,6 +419,24 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 	if len(recs) == 0 {
 		return out
 	}
+	// A start with a reused token launched a new instance (created after
+	// the job was queued) whose agent has this job's password; one that
+	// returned an instance from before a crash keeps the stored hash.
+	var pw []muster.MachineUpdate
+	for _, i := range idx {
+		if j := jobs[i]; j.reuse {
+			if insts[i].Created.Before(j.queued) {
+				p.log.Info("start returned an instance launched before a restart", "machine", j.id, "instance", insts[i].ID)
+				continue
+			}
+			pw = append(pw, muster.MachineUpdate{ID: j.id, PasswordHash: muster.Ptr(muster.HashSecret(j.password))})
+		}
+	}
+	if len(pw) > 0 {
+		if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, pw); err != nil && ctx.Err() == nil {
+			p.log.Warn("agent password not stored", "err", err)
+		}
+	}
 	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, recs)
 	var evs []muster.Event
 	for k, i := range idx {
@@ -561,6 +593,7 @@ func (p *Provisioner) fail(ctx context.Context, j *startJob, cause error) startR
 	if j.deferred.Load() {
 		return r
 	}
+	j.ended.Store(true)
 	s := p.settings.Load()
 	msg := cause.Error()
 	var next *time.Time
