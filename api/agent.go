@@ -394,13 +394,22 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 			es = append(es, muster.Event{ModelUUID: model, MachineID: mc.ID, Actor: "controller", Kind: "down",
 				Message: fmt.Sprintf("machine %s down: %s", mc.ID, msg)})
 		}
+		// Machines removed meanwhile: forget them and revoke their tokens.
+		var revoked []string
 		h.mu.Lock()
 		for _, id := range ids {
-			if !found[id] {
-				delete(h.beats, sessionKey{model, id})
+			if k := (sessionKey{model, id}); !found[id] {
+				delete(h.beats, k)
+				if hash, ok := h.byMachine[k]; ok {
+					revoked = append(revoked, hash)
+					delete(h.byMachine, k)
+				}
 			}
 		}
 		h.mu.Unlock()
+		for _, hash := range revoked {
+			s.sessions.Delete(hash)
+		}
 		if len(us) == 0 {
 			continue
 		}

@@ -193,3 +193,32 @@ func TestHeartbeatAdoptsStarted(t *testing.T) {
 		t.Errorf("pending machine: got %s, want pending", got)
 	}
 }
+
+// TestRemovedMachineTokenRevoked: once the monitor notices that a machine
+// is gone, its agent's token stops working.
+func TestRemovedMachineTokenRevoked(t *testing.T) {
+	h := newHarness(t)
+	h.srv.Start()
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{})
+	pw, nonce := h.provision(t, "0", "a")
+	res, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: pw, Nonce: nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := h.anon.WithToken(res.Token)
+	if err := h.admin.RemoveMachines(ctx, "default", api.RemoveMachinesRequest{IDs: []string{"0"}, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.RemoveMachines(ctx, h.model.UUID, []string{"0"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = agent.AgentMachine(ctx, "default", "0")
+	wantCode(t, err, muster.ENotFound)
+	<-h.clock.WaitForTimers(1)
+	h.clock.Advance(30 * time.Second)
+	eventually(t, "token revoked", func() bool {
+		_, err := agent.AgentMachine(ctx, "default", "0")
+		return muster.IsCode(err, muster.EUnauthorized)
+	})
+}

@@ -20,17 +20,16 @@ import (
 )
 
 type harness struct {
-	store   *sqlstore.Store
-	srv     *api.Server
-	ts      *httptest.Server
-	clock   *fakeclock.Clock
-	admin   *api.Client
-	anon    *api.Client
-	token   string
-	model   muster.Model
-	caPEM   []byte
-	logBuf  *bytes.Buffer
-	cfgHook func(*api.Config)
+	store  *sqlstore.Store
+	srv    *api.Server
+	ts     *httptest.Server
+	clock  *fakeclock.Clock
+	admin  *api.Client
+	anon   *api.Client
+	token  string
+	model  muster.Model
+	caPEM  []byte
+	logBuf *bytes.Buffer
 }
 
 var start = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -575,5 +574,3 @@ func TestNoSimHandler(t *testing.T) {
 		t.Errorf("got %d %q, want 404 not-found", status, code)
 	}
 }
-
-var _ = json.Marshal
