@@ -202,3 +202,29 @@ func TestNoMetricsWithoutGatherer(t *testing.T) {
 		t.Errorf("got %d %q, want 404 not-found", status, code)
 	}
 }
+
+// TestEventStreamReconnect: with Reconnect, a dropped connection is
+// resumed after the last event received, without repeats or gaps.
+func TestEventStreamReconnect(t *testing.T) {
+	h := newHarness(t)
+	h.addMachines(t, api.AddMachinesRequest{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := h.admin.FollowEvents(ctx, "default", api.FollowOptions{Reconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := collect(t, s, 1)
+	h.ts.CloseClientConnections()
+	h.addMachines(t, api.AddMachinesRequest{Count: 2})
+	rest, _ := collect(t, s, 2)
+	got := append(seqsOf(first), seqsOf(rest)...)
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			t.Fatalf("got seqs %v, want increasing without repeats", got)
+		}
+	}
+	if rest[0].Machine != "1" || rest[1].Machine != "2" {
+		t.Errorf("got %+v, want machines 1 and 2", rest)
+	}
+}
