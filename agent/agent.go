@@ -1,0 +1,348 @@
+// Package agent is the machine agent of SPEC §4 as a library: it logs in
+// to the controller with a machine's id, password and nonce over TLS
+// (trusting only the controller's CA), reports the machine started with
+// its hardware and addresses, and heartbeats until it is stopped.
+//
+// `muster agent --config FILE` runs it in an instance; the simulated cloud
+// runs the same code in-process for each simulated instance (SPEC §3.1).
+// The package talks to the controller through api.Client only.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+)
+
+// Defaults of Options.
+const (
+	DefaultNotProvisionedFor = time.Minute
+	DefaultMinBackoff        = time.Second
+	DefaultMaxBackoff        = 30 * time.Second
+	// DefaultHeartbeat is used when the controller names no valid period.
+	DefaultHeartbeat = 10 * time.Second
+)
+
+// Options tunes Run. The zero value is ready to use.
+type Options struct {
+	// Logger receives the agent's log; default slog.Default().
+	Logger *slog.Logger
+	// Clock times retries and heartbeats; default muster.SystemClock.
+	Clock muster.Clock
+	// NotProvisionedFor is how long logins refused as not-provisioned
+	// (a nonce that is not the machine's) are retried before Run gives
+	// up for good; default DefaultNotProvisionedFor (one minute).
+	NotProvisionedFor time.Duration
+	// MinBackoff and MaxBackoff bound the jittered, doubling delay between
+	// retries after transient errors (controller unreachable, 5xx);
+	// defaults DefaultMinBackoff and DefaultMaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+	// Hardware returns what the agent reports as the machine's hardware;
+	// zero fields keep what the provider recorded. Default ProbeHardware.
+	Hardware func() muster.Hardware
+	// Addresses returns the machine's addresses to report; an empty list
+	// keeps what the provider recorded. Default InterfaceAddresses.
+	Addresses func() []string
+	// HTTPClient, when set, is used for every API address instead of a
+	// client built from the config's CA (in-process agents share one);
+	// its transport must trust the controller's certificate.
+	HTTPClient *http.Client
+	// OnStarted, when set, is called each time the agent has reported its
+	// machine started (after every login).
+	OnStarted func()
+}
+
+// Run runs the agent of cfg until ctx ends (then it returns nil) or it
+// fails for good. It returns an error, with the controller's code, when:
+//   - cfg is invalid (invalid);
+//   - the controller refuses the password or the machine is gone
+//     (unauthorized), at once;
+//   - the controller keeps refusing the nonce (not-provisioned) for
+//     Options.NotProvisionedFor: an instance the controller has forgotten
+//     must not act as the machine.
+//
+// Transient errors are retried with backoff, trying each API address in
+// turn. A session the controller no longer knows (after its restart, or a
+// newer login) makes the agent log in again.
+func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	a, err := newAgent(cfg, opts)
+	if err != nil {
+		return err
+	}
+	for {
+		s, err := a.login(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			a.log.Error("agent giving up", "err", err)
+			return err
+		}
+		err = a.serve(ctx, s)
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.log.Info("agent logging in again", "err", err)
+	}
+}
+
+type agent struct {
+	cfg     muster.AgentConfig
+	opts    Options
+	log     *slog.Logger
+	clock   muster.Clock
+	clients []*api.Client // one per API address
+	cur     int           // the address that answered last
+}
+
+// session is a successful login.
+type session struct {
+	client *api.Client // with the agent's token
+	token  string
+	model  string // model uuid
+	period time.Duration
+}
+
+func newAgent(cfg muster.AgentConfig, opts Options) (*agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = muster.SystemClock
+	}
+	if opts.NotProvisionedFor <= 0 {
+		opts.NotProvisionedFor = DefaultNotProvisionedFor
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = DefaultMinBackoff
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(DefaultMaxBackoff, opts.MinBackoff)
+	}
+	if opts.Hardware == nil {
+		opts.Hardware = ProbeHardware
+	}
+	if opts.Addresses == nil {
+		opts.Addresses = InterfaceAddresses
+	}
+	a := &agent{cfg: cfg, opts: opts, clock: opts.Clock, log: opts.Logger.With("machine", cfg.Machine)}
+	for _, addr := range cfg.APIAddresses {
+		c, err := api.NewClient(api.ClientConfig{URL: addr, CACert: []byte(cfg.CACert), HTTPClient: opts.HTTPClient})
+		if err != nil {
+			return nil, fmt.Errorf("agent of machine %s: %w", cfg.Machine, err)
+		}
+		a.clients = append(a.clients, c)
+	}
+	return a, nil
+}
+
+// login logs in, trying each address in turn, until it succeeds, fails for
+// good, or ctx ends.
+func (a *agent) login(ctx context.Context) (session, error) {
+	req := api.LoginRequest{Model: a.cfg.Model, Machine: a.cfg.Machine, Password: a.cfg.Password, Nonce: a.cfg.Nonce}
+	var refusedSince time.Time
+	b := a.newBackoff()
+	for {
+		var lastErr error
+		n := len(a.clients)
+	addresses:
+		for i := range n {
+			idx := (a.cur + i) % n
+			c := a.clients[idx]
+			res, err := c.Login(ctx, req)
+			if ctx.Err() != nil {
+				return session{}, ctx.Err()
+			}
+			if err == nil {
+				a.cur = idx
+				period, perr := time.ParseDuration(res.Heartbeat)
+				if perr != nil || period <= 0 {
+					period = DefaultHeartbeat
+				}
+				model := res.ModelUUID
+				if model == "" {
+					model = a.cfg.Model
+				}
+				a.log.Info("agent logged in", "controller", c.URL(), "heartbeat", period)
+				return session{client: c.WithToken(res.Token), token: res.Token, model: model, period: period}, nil
+			}
+			switch muster.ErrorCode(err) {
+			case muster.EUnauthorized, muster.EInvalid, muster.EForbidden:
+				return session{}, fmt.Errorf("log in as machine %s: %w", a.cfg.Machine, err)
+			case muster.ENotProvisioned:
+				now := a.clock.Now()
+				if refusedSince.IsZero() {
+					refusedSince = now
+				}
+				if now.Sub(refusedSince) >= a.opts.NotProvisionedFor {
+					return session{}, fmt.Errorf("log in as machine %s: refused for %s: %w", a.cfg.Machine, a.opts.NotProvisionedFor, err)
+				}
+				lastErr = err
+				// The controller answered: other addresses lead to it too.
+				break addresses
+			default:
+				lastErr = err
+			}
+		}
+		d := b.next()
+		if !refusedSince.IsZero() {
+			// Try once more exactly when the minute is over.
+			left := a.opts.NotProvisionedFor - a.clock.Now().Sub(refusedSince)
+			d = max(min(d, left), 0)
+		}
+		a.log.Warn("agent login failed", "err", lastErr, "retry-in", d)
+		if err := a.sleep(ctx, d); err != nil {
+			return session{}, err
+		}
+	}
+}
+
+// needsLogin reports whether err means the session is no longer valid.
+func needsLogin(err error) bool {
+	switch muster.ErrorCode(err) {
+	case muster.EUnauthorized, muster.ENotProvisioned, muster.EForbidden, muster.ENotFound:
+		return true
+	}
+	return false
+}
+
+// serve reports the machine started and heartbeats until ctx ends or the
+// session becomes invalid (the error says why).
+func (a *agent) serve(ctx context.Context, s session) error {
+	b := a.newBackoff()
+	for {
+		err := a.reportStarted(ctx, s)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || needsLogin(err) {
+			return err
+		}
+		d := b.next()
+		a.log.Warn("agent status report failed", "err", err, "retry-in", d)
+		s = a.rotate(s)
+		if err := a.sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+	a.log.Info("machine started")
+	if a.opts.OnStarted != nil {
+		a.opts.OnStarted()
+	}
+	b.reset()
+	wait := s.period
+	for {
+		if err := a.sleep(ctx, wait); err != nil {
+			return err
+		}
+		res, err := s.client.Heartbeat(ctx, s.model, a.cfg.Machine)
+		if err == nil {
+			if p, perr := time.ParseDuration(res.Heartbeat); perr == nil && p > 0 && p != s.period {
+				a.log.Info("agent heartbeat period changed", "heartbeat", p)
+				s.period = p
+			}
+			b.reset()
+			wait = s.period
+			continue
+		}
+		if ctx.Err() != nil || needsLogin(err) {
+			return err
+		}
+		wait = min(b.next(), s.period)
+		a.log.Warn("agent heartbeat failed", "err", err, "retry-in", wait)
+		s = a.rotate(s)
+	}
+}
+
+// rotate moves the session to the next API address, for the next try
+// after a transient error.
+func (a *agent) rotate(s session) session {
+	if len(a.clients) < 2 {
+		return s
+	}
+	a.cur = (a.cur + 1) % len(a.clients)
+	s.client = a.clients[a.cur].WithToken(s.token)
+	return s
+}
+
+// reportStarted sets the machine started with its hardware and addresses;
+// what the agent cannot tell keeps the provider's recorded values.
+func (a *agent) reportStarted(ctx context.Context, s session) error {
+	cur, err := s.client.AgentMachine(ctx, s.model, a.cfg.Machine)
+	if err != nil {
+		return err
+	}
+	hw := mergeHardware(cur.Hardware, a.opts.Hardware())
+	u := api.AgentUpdate{
+		Status:        muster.Ptr(string(muster.StatusStarted)),
+		StatusMessage: muster.Ptr(""),
+		Hardware:      &hw,
+	}
+	if addrs := a.opts.Addresses(); len(addrs) > 0 {
+		u.Addresses = &addrs
+	}
+	_, err = s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, u)
+	return err
+}
+
+// mergeHardware overlays what the agent measured on what was recorded.
+func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
+	hw := recorded
+	if seen.Arch != "" {
+		hw.Arch = seen.Arch
+	}
+	if seen.Cores != 0 {
+		hw.Cores = seen.Cores
+	}
+	if seen.Mem != 0 {
+		hw.Mem = seen.Mem
+	}
+	if seen.RootDisk != 0 {
+		hw.RootDisk = seen.RootDisk
+	}
+	if seen.AvailabilityZone != "" {
+		hw.AvailabilityZone = seen.AvailabilityZone
+	}
+	return hw
+}
+
+func (a *agent) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := a.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// backoff is a doubling delay with jitter (each delay is drawn from
+// [d/2, d]), so that many agents do not retry in step.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (a *agent) newBackoff() *backoff {
+	return &backoff{min: a.opts.MinBackoff, max: a.opts.MaxBackoff, cur: a.opts.MinBackoff}
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(b.cur*2, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.cur = b.min }

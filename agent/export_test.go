@@ -1,0 +1,4 @@
+package agent
+
+// ProbeHardwareFS is probeHardware, for tests.
+var ProbeHardwareFS = probeHardware
