@@ -311,3 +311,24 @@ func TestSupervisorRestartsWithBackoff(t *testing.T) {
 		t.Errorf("got running after stop")
 	}
 }
+
+// noZones is a provider without zones (Z5).
+type noZones struct{ *recProvider }
+
+func (noZones) Zones(context.Context) ([]muster.Zone, error) { return nil, nil }
+
+func TestZ5_ProviderWithoutZones(t *testing.T) {
+	h := newHarness(t)
+	h.start2(noZones{h.prov})
+	h.add(2, muster.MachineTemplate{})
+	h.waitFor("machine 0 running", h.running("0"))
+	h.waitFor("machine 1 running", h.running("1"))
+	for _, c := range h.prov.startCalls() {
+		if c.Zone != "" {
+			t.Errorf("got zone %q passed for machine %s, want none (the provider's business)", c.Zone, c.MachineID)
+		}
+	}
+	if zs := h.p.Zones(); len(zs) != 0 {
+		t.Errorf("got zone table %v, want empty", zs)
+	}
+}

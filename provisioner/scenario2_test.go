@@ -117,6 +117,9 @@ func TestScenario10_CapacityRetriedInAnotherZone(t *testing.T) {
 	h.add(1, muster.MachineTemplate{})
 	h.waitFor("the failed start in a", func() bool { return len(startsFor(h.prov.startCalls(), "1")) == 1 })
 	h.advanceUntil("machine 1 running", time.Second, h.running("1"))
+	if m := h.machine("1"); m.InstanceMessage != "" {
+		t.Errorf("got instance message %q on a running machine, want the retry message cleared (P12)", m.InstanceMessage)
+	}
 	calls := startsFor(h.prov.startCalls(), "1")
 	if got := zonesOf(calls); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("got start zones %v, want [a b]", got)
