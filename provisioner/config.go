@@ -29,8 +29,9 @@ type Config struct {
 	Clock         muster.Clock // default muster.SystemClock
 	Logger        *slog.Logger // default: discard
 	Observer      Observer     // metric hooks; nil = none
-	// APIAddresses and CACert go into the agent configuration in the user
-	// data of every instance.
+	// APIAddresses (controller URLs, https://host:port) and CACert (PEM)
+	// go into the agent configuration (muster.AgentConfig, as JSON) in the
+	// user data of every instance.
 	APIAddresses []string
 	CACert       string
 }

@@ -243,7 +243,8 @@ func (h *harness) start2(prov muster.Provider) {
 		AgentBinaries:  h.binaries,
 		Clock:          h.clock,
 		Observer:       h.observer,
-		APIAddresses:   []string{"127.0.0.1:17070"},
+		APIAddresses:   []string{"https://127.0.0.1:17070"},
+		CACert:         "test-ca",
 	})
 	if err != nil {
 		h.tb.Fatal(err)

@@ -1,6 +1,8 @@
 package provisioner_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"testing"
@@ -55,6 +57,15 @@ func TestScenario02_StartOneThenStopIt(t *testing.T) {
 		if c.Tags[k] != v {
 			t.Errorf("got tag %s=%q, want %q", k, c.Tags[k], v)
 		}
+	}
+	var ac muster.AgentConfig
+	if err := json.Unmarshal(c.UserData, &ac); err != nil {
+		t.Fatalf("user data: %v", err)
+	}
+	want := muster.AgentConfig{Controller: controllerUUID, Model: h.model.UUID, Machine: "0", Nonce: c.Nonce, Password: c.Password,
+		APIAddresses: []string{"https://127.0.0.1:17070"}, CACert: "test-ca"}
+	if fmt.Sprint(ac) != fmt.Sprint(want) {
+		t.Errorf("got agent config %+v, want %+v", ac, want)
 	}
 	insts := h.cloudInstances()
 	if len(insts) != 1 {

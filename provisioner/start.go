@@ -630,17 +630,6 @@ func (p *Provisioner) autoRetryDelay(s *muster.Settings, n int) time.Duration {
 	return min(p.jitter(min(d, s.AutoRetryMax)), s.AutoRetryMax)
 }
 
-// agentConfig is the agent's configuration, sent as JSON user data.
-type agentConfig struct {
-	Controller   string   `json:"controller"`
-	Model        string   `json:"model"`
-	Machine      string   `json:"machine"`
-	Nonce        string   `json:"nonce"`
-	Password     string   `json:"password"`
-	APIAddresses []string `json:"api-addresses"`
-	CACert       string   `json:"ca-cert"`
-}
-
 // buildParams builds the start parameters of P8.
 func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.StartParams, error) {
 	info := j.info
@@ -690,7 +679,7 @@ func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.Star
 	if params.SubnetsToZones, err = p.subnetsToZones(ctx, info.Constraints.Spaces); err != nil {
 		return muster.StartParams{}, err
 	}
-	ud, err := json.Marshal(agentConfig{
+	ud, err := json.Marshal(muster.AgentConfig{
 		Controller: p.cfg.ControllerUUID, Model: p.modelUUID, Machine: j.id, Nonce: j.nonce,
 		Password: j.password, APIAddresses: p.cfg.APIAddresses, CACert: p.cfg.CACert,
 	})
