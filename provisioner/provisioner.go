@@ -33,6 +33,9 @@ type Provisioner struct {
 	rndMu sync.Mutex
 	rnd   *rand.Rand
 
+	binMu    sync.Mutex
+	binCache map[string]binariesEntry // arch → agent binaries
+
 	results chan any
 	ran     atomic.Bool
 
@@ -107,6 +110,7 @@ func New(cfg Config) (*Provisioner, error) {
 		stoppingInst: map[string]bool{},
 		retryAt:      map[string]retryEntry{},
 		young:        map[string]time.Time{},
+		binCache:     map[string]binariesEntry{},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}

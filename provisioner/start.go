@@ -287,7 +287,7 @@ func (p *Provisioner) prepare(ctx context.Context, j *startJob) error {
 		return err
 	}
 	j.withZones = p.withZones.Load()
-	if j.withZones && (j.info.Placement != "" || len(j.info.Storage) > 0) {
+	if j.withZones && (j.info.Placement != "" || len(j.info.Storage) > 0 || len(params.SubnetsToZones) > 0) {
 		err := p.call(ctx, "derive-zones", func(ctx context.Context) error {
 			var err error
 			j.req.Derived, err = p.cfg.Provider.DeriveZones(ctx, params)
@@ -690,10 +690,26 @@ func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.Star
 	return params, nil
 }
 
+// binariesTTL is how long found agent binaries are reused: a burst of
+// starts asks the catalogue once per arch, not once per machine.
+const binariesTTL = 30 * time.Second
+
+type binariesEntry struct {
+	bins  []muster.AgentBinary
+	until time.Time
+}
+
 func (p *Provisioner) findAgentBinaries(ctx context.Context, arch string) ([]muster.AgentBinary, error) {
 	none := muster.Errorf(muster.ENotFound, "no matching agent binaries available for arch %s", arch)
 	if p.cfg.AgentBinaries == nil {
 		return nil, none
+	}
+	now := p.clock.Now()
+	p.binMu.Lock()
+	e, ok := p.binCache[arch]
+	p.binMu.Unlock()
+	if ok && now.Before(e.until) {
+		return e.bins, nil
 	}
 	bins, err := p.cfg.AgentBinaries.FindAgentBinaries(ctx, muster.Version, "linux", arch)
 	if err != nil {
@@ -705,6 +721,9 @@ func (p *Provisioner) findAgentBinaries(ctx context.Context, arch string) ([]mus
 	if len(bins) == 0 {
 		return nil, none
 	}
+	p.binMu.Lock()
+	p.binCache[arch] = binariesEntry{bins: bins, until: now.Add(binariesTTL)}
+	p.binMu.Unlock()
 	return bins, nil
 }
 
