@@ -146,5 +146,7 @@ type Store interface {
 	EventStore
 	ChangeWatcher
 	ControllerStore
+	LeaseStore
+	ControllerRegistry
 	Close() error
 }

@@ -1,10 +1,13 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"io/fs"
 	"strings"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -30,6 +33,29 @@ type dialect struct {
 	listArg func(ids []int64) any
 	// isUniqueViolation reports whether err is a unique constraint failure.
 	isUniqueViolation func(err error) bool
+	// retryable reports whether a write transaction that failed with err
+	// may be run again from the start (a deadlock or serialization
+	// failure); nil when none is.
+	retryable func(err error) bool
+	// forUpdate is appended to the SELECTs of read-modify-write
+	// transactions to lock the rows read ("" where the whole database is
+	// locked by the write transaction anyway).
+	forUpdate string
+	// migrationsTable creates the table that records applied migrations.
+	migrationsTable string
+	// migrateLock, when set, runs first in the migration transaction so
+	// that concurrent Opens of an empty database apply migrations once.
+	migrateLock string
+	// notify, when set, runs in each write transaction that records
+	// changes, with the model uuid as argument: it wakes the watchers of
+	// other processes.
+	notify string
+	// snapshot are the options of a read transaction that must see one
+	// snapshot; nil for the default.
+	snapshot *sql.TxOptions
+	// now returns the database's clock, read through q (leases and the
+	// controller registry use it so that controllers agree on time).
+	now func(ctx context.Context, s *Store, q querier) (time.Time, error)
 }
 
 func sqliteDialect() *dialect {
@@ -60,5 +86,9 @@ func sqliteDialect() *dialect {
 			var e *sqlite.Error
 			return errors.As(err, &e) && (e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 		},
+		retryable:       func(error) bool { return false },
+		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied INTEGER NOT NULL)`,
+		// SQLite runs on one machine: the store's clock is the database's.
+		now: func(_ context.Context, s *Store, _ querier) (time.Time, error) { return s.clock.Now(), nil },
 	}
 }

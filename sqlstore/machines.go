@@ -210,7 +210,7 @@ func (s *Store) UpdateMachines(ctx context.Context, modelUUID string, us []muste
 		if len(us) == 0 {
 			return nil
 		}
-		sel, err := t.prepare(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`)
+		sel, err := t.prepare(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+s.d.forUpdate)
 		if err != nil {
 			return fmt.Errorf("update machines: %w", err)
 		}
@@ -313,13 +313,14 @@ func boolInt(b bool) int {
 func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []muster.InstanceRecord) ([]error, error) {
 	errs := make([]error, len(rs))
 	err := s.write(ctx, func(t *wtx) error {
+		clear(errs) // a retried transaction starts afresh
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
 		if len(rs) == 0 {
 			return nil
 		}
-		sel, err := t.prepare(ctx, `SELECT life, instance_id, nonce FROM machines WHERE model_uuid = ? AND id = ?`)
+		sel, err := t.prepare(ctx, `SELECT life, instance_id, nonce FROM machines WHERE model_uuid = ? AND id = ?`+s.d.forUpdate)
 		if err != nil {
 			return fmt.Errorf("record instances: %w", err)
 		}
@@ -389,7 +390,7 @@ func (s *Store) RemoveMachines(ctx context.Context, modelUUID string, ids []stri
 		if len(nums) == 0 {
 			return nil
 		}
-		rows, err := t.query(ctx, `SELECT id, life, keep_instance, instance_id FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")+` ORDER BY id`,
+		rows, err := t.query(ctx, `SELECT id, life, keep_instance, instance_id FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")+` ORDER BY id`+s.d.forUpdate,
 			modelUUID, s.d.listArg(nums))
 		if err != nil {
 			return fmt.Errorf("read machines: %w", err)

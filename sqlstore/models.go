@@ -173,7 +173,9 @@ func (s *Store) UpdateModelSettings(ctx context.Context, modelUUID string, set m
 // released instances.
 func (s *Store) RemoveModel(ctx context.Context, modelUUID string) error {
 	return s.write(ctx, func(t *wtx) error {
-		if err := t.checkModel(ctx, modelUUID); err != nil {
+		// Lock the model row: a concurrent AddMachines waits, then finds
+		// the model gone.
+		if err := modelFound(t.queryRow(ctx, modelExists+s.d.forUpdate, modelUUID), modelUUID); err != nil {
 			return err
 		}
 		var n int

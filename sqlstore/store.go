@@ -1,5 +1,6 @@
 // Package sqlstore is muster's state store on SQL databases: SQLite through
-// modernc.org/sqlite (the embedded default). Models, machines, the event
+// modernc.org/sqlite (the embedded default) and PostgreSQL through pgx,
+// which several controllers can share. Models, machines, the event
 // log, controller configuration and a change log live in one database whose
 // schema is migrated at Open; every write that a watcher can see records
 // its change in the same transaction, so watchers never miss a change, even
@@ -69,8 +70,13 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // way); default 250ms.
 func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
 
-// Open opens the store at url, "sqlite:///abs/path/muster.db" or a bare
-// file path, creating the database and applying migrations as needed.
+// Open opens the store at url, creating the database schema and applying
+// migrations as needed:
+//
+//   - "sqlite:///abs/path/muster.db" or a bare file path: SQLite;
+//   - "postgres://user:password@host:port/database?sslmode=disable" (or
+//     "postgresql://…"): PostgreSQL, with pgx's URL parameters; a
+//     search_path parameter selects the schema, which must exist.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	o := options{clock: muster.SystemClock, log: slog.Default(), poll: 250 * time.Millisecond}
 	for _, opt := range opts {
@@ -79,20 +85,14 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if o.poll <= 0 {
 		return nil, muster.Errorf(muster.EInvalid, "bad poll interval %s: want more than zero", o.poll)
 	}
+	if isPostgresURL(url) {
+		return openPostgres(ctx, url, o)
+	}
 	file, err := sqlitePath(url)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{
-		d:      sqliteDialect(),
-		clock:  o.clock,
-		log:    o.log,
-		poll:   o.poll,
-		notify: make(chan struct{}),
-		done:   make(chan struct{}),
-		wstmts: map[string]*sql.Stmt{},
-		rstmts: map[string]*sql.Stmt{},
-	}
+	s := newStore(sqliteDialect(), o)
 	// WAL lets readers run beside the writer; synchronous=NORMAL is safe
 	// in WAL mode (a power loss may lose the last commits, never corrupt).
 	pragmas := "_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
@@ -118,13 +118,26 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+func newStore(d *dialect, o options) *Store {
+	return &Store{
+		d:      d,
+		clock:  o.clock,
+		log:    o.log,
+		poll:   o.poll,
+		notify: make(chan struct{}),
+		done:   make(chan struct{}),
+		wstmts: map[string]*sql.Stmt{},
+		rstmts: map[string]*sql.Stmt{},
+	}
+}
+
 // sqlitePath returns the file path of a sqlite URL or bare path.
 func sqlitePath(u string) (string, error) {
 	p := u
 	if strings.Contains(u, "://") {
 		scheme, rest, _ := strings.Cut(u, "://")
 		if scheme != "sqlite" {
-			return "", muster.Errorf(muster.EInvalid, "bad store URL %q: want sqlite:///path/to/muster.db or a file path", u)
+			return "", muster.Errorf(muster.EInvalid, "bad store URL %q: want sqlite:///path/to/muster.db, postgres://… or a file path", u)
 		}
 		unescaped, err := url.PathUnescape(rest)
 		if err != nil {
@@ -199,7 +212,12 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("begin migrations: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+	if s.d.migrateLock != "" {
+		if _, err := tx.ExecContext(ctx, s.d.migrateLock); err != nil {
+			return fmt.Errorf("lock migrations: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.d.migrationsTable); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
 	var current int
@@ -321,7 +339,9 @@ func (s *Store) read(ctx context.Context, q string) (*sql.Stmt, error) {
 func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	st, err := s.read(ctx, q)
 	if err != nil {
-		return s.queryRow(ctx, (q), args...)
+		// A Row carries its error only when made by database/sql; run the
+		// query unprepared to get one.
+		return s.rdb.QueryRowContext(ctx, s.d.rebind(q), args...)
 	}
 	return st.QueryRowContext(ctx, args...)
 }
@@ -354,6 +374,20 @@ func (s *Store) write(ctx context.Context, fn func(t *wtx) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
+	for attempt := 1; ; attempt++ {
+		err := s.writeOnce(ctx, fn)
+		if err == nil || attempt == maxWriteAttempts || !s.d.retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		s.log.Debug("write transaction retried", "attempt", attempt, "err", err)
+	}
+}
+
+// maxWriteAttempts bounds the runs of a write transaction that keeps
+// failing with retryable errors (deadlocks between concurrent writers).
+const maxWriteAttempts = 5
+
+func (s *Store) writeOnce(ctx context.Context, fn func(t *wtx) error) error {
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -374,9 +408,16 @@ func (s *Store) write(ctx context.Context, fn func(t *wtx) error) error {
 			return fmt.Errorf("record changes: %w", err)
 		}
 		defer stmt.Close()
+		notified := map[string]bool{}
 		for _, c := range t.changes {
 			if _, err := stmt.ExecContext(ctx, rev, c.model, string(c.kind), c.key); err != nil {
 				return fmt.Errorf("record change: %w", err)
+			}
+			if s.d.notify != "" && !notified[c.model] {
+				notified[c.model] = true
+				if _, err := t.exec(ctx, s.d.notify, c.model); err != nil {
+					return fmt.Errorf("notify change: %w", err)
+				}
 			}
 		}
 	}
@@ -384,12 +425,17 @@ func (s *Store) write(ctx context.Context, fn func(t *wtx) error) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	if len(t.changes) > 0 {
-		s.mu.Lock()
-		close(s.notify)
-		s.notify = make(chan struct{})
-		s.mu.Unlock()
+		s.wake()
 	}
 	return nil
+}
+
+// wake wakes every watcher of the store to read the change log.
+func (s *Store) wake() {
+	s.mu.Lock()
+	close(s.notify)
+	s.notify = make(chan struct{})
+	s.mu.Unlock()
 }
 
 // cacheWrites prepares the queries t met for the first time on the write

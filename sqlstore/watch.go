@@ -111,7 +111,7 @@ func (p *pending) take() muster.ChangeSet {
 // initial reads the revision and the model's machines in one snapshot.
 func (w *watcher) initial(ctx context.Context) error {
 	s := w.s
-	tx, err := s.rdb.BeginTx(ctx, nil)
+	tx, err := s.rdb.BeginTx(ctx, s.d.snapshot)
 	if err != nil {
 		return fmt.Errorf("watch model %s: %w", w.model, err)
 	}
