@@ -167,4 +167,3 @@ func TestOpenBadPostgresURL(t *testing.T) {
 		})
 	}
 }
-
