@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/provisioner"
+	"github.com/musterhq/muster/sim"
 )
 
 // crashStore wraps the real store to crash the provisioner around the
@@ -38,10 +40,18 @@ func (s *crashStore) RecordInstances(ctx context.Context, model string, rs []mus
 // has exactly one instance, the recorded one; dead machines are gone with
 // their instances; no tagged instance is left without a machine.
 func TestCrashSafety(t *testing.T) {
+	t.Run("no listing lag", func(t *testing.T) { testCrashSafety(t, 0) })
+	// With listing lag, an instance launched just before a crash is not
+	// listed at the restart: the start is repeated with the same launch
+	// token and the cloud returns that instance (C1).
+	t.Run("listing lag", func(t *testing.T) { testCrashSafety(t, 30*time.Second) })
+}
+
+func testCrashSafety(t *testing.T, lag time.Duration) {
 	h := newHarness(t, withSettings(func(s *muster.Settings) {
 		s.HarvestMode = muster.HarvestAll
 		s.RetryDelay = time.Second
-	}))
+	}), withFaults(sim.Faults{ListingLag: lag}))
 	rng := rand.New(rand.NewPCG(42, 7))
 	var (
 		mu      sync.Mutex
@@ -81,6 +91,7 @@ func TestCrashSafety(t *testing.T) {
 		armed = true
 		n := 1 + rng.IntN(6)
 		mu.Unlock()
+		h.clock.Advance(time.Second) // a restart takes time
 		h.start()
 		added := h.add(n, muster.MachineTemplate{})
 		for _, m := range added {
@@ -110,10 +121,25 @@ func TestCrashSafety(t *testing.T) {
 	armed = false
 	mu.Unlock()
 	h.start()
-	h.advanceUntil("convergence (C4)", 20*time.Second, func() bool { return c4(h, seen) == nil })
-	if err := c4(h, seen); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c4(h, seen)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no convergence (C4): %v", err)
+		}
+		h.clock.Advance(20 * time.Second)
+		time.Sleep(5 * time.Millisecond)
 	}
+	stale := 0
+	for _, e := range h.events("") {
+		if strings.Contains(e.Message, "from before a restart") {
+			stale++
+		}
+	}
+	t.Logf("%d machines, %d starts, %d stale instances replaced", len(seen), len(h.prov.startCalls()), stale)
 }
 
 // c4 checks the invariant C4 and returns what is wrong.
@@ -138,6 +164,14 @@ func c4(h *harness, ids []string) error {
 		}
 		if len(by[id]) != 1 || by[id][0] != m.InstanceID() {
 			return fmt.Errorf("machine %s records %s, the cloud has %v", id, m.InstanceID(), by[id])
+		}
+		// The agent on the instance can log in: its password matches the
+		// stored hash and its nonce the recorded one.
+		if !muster.SecretMatches(h.passwords.get(m.InstanceID()), m.PasswordHash) {
+			return fmt.Errorf("machine %s: the password instance %s was started with does not match the stored hash", id, m.InstanceID())
+		}
+		if tok := h.cloudInstances()[m.InstanceID()].Tags[muster.TagLaunchToken]; tok != m.LaunchToken {
+			return fmt.Errorf("machine %s: instance token %q, machine token %q", id, tok, m.LaunchToken)
 		}
 		delete(by, id)
 	}

@@ -145,6 +145,9 @@ type harness struct {
 	binaries *binaries
 	observer provisioner.Observer
 	store2   provisioner.Store // the store the provisioner uses; default store
+	// passwords holds the agent password each sim instance was started
+	// with, as its agent would use it.
+	passwords *passwords
 
 	cancel context.CancelFunc
 	done   chan error
@@ -204,13 +207,15 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cloud, err := sim.Open(sim.Config{Clock: clk, Zones: cfg.zones, Faults: cfg.faults, Seed: 7, Logger: discard})
+	pw := &passwords{m: map[string]string{}}
+	cloud, err := sim.Open(sim.Config{Clock: clk, Zones: cfg.zones, Faults: cfg.faults, Seed: 7, Logger: discard,
+		OnStart: func(inst sim.Instance, p muster.StartParams) { pw.set(inst.ID, p.Password) }})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { cloud.Close() })
 	h := &harness{
-		tb: tb, ctx: ctx, clock: clk, store: st, cloud: cloud, model: m,
+		tb: tb, ctx: ctx, clock: clk, store: st, cloud: cloud, model: m, passwords: pw,
 		prov:     &recProvider{p: cloud.Provider(controllerUUID, m.UUID)},
 		binaries: &binaries{arches: []string{"amd64"}},
 	}
@@ -454,4 +459,21 @@ func (h *harness) waitTimers(n int) {
 	case <-time.After(10 * time.Second):
 		h.tb.Fatalf("timed out waiting for %d timers (have %d)", n, h.clock.Timers())
 	}
+}
+
+type passwords struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (p *passwords) set(id, pw string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.m[id] = pw
+}
+
+func (p *passwords) get(id string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[id]
 }

@@ -119,12 +119,7 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 			Nonce:           muster.Ptr(j.nonce),
 			NextRetry:       muster.Ptr(time.Time{}),
 		}
-		if !j.reuse {
-			// With a reused token the stored hash may belong to an
-			// instance that already runs; it is replaced only once the
-			// start turns out to have launched a new one (see finish).
-			u.PasswordHash = muster.Ptr(muster.HashSecret(j.password))
-		}
+		u.PasswordHash = muster.Ptr(muster.HashSecret(j.password))
 		us = append(us, u)
 	}
 	if len(failed) > 0 {
@@ -326,6 +321,13 @@ func (p *Provisioner) attemptLoop(ctx context.Context, j *startJob) startResult 
 			return err
 		})
 		if err == nil {
+			stale, err := p.stale(ctx, j, res)
+			if err != nil {
+				return p.fail(ctx, j, err)
+			}
+			if stale {
+				continue
+			}
 			return p.finish(ctx, []*startJob{j}, []muster.StartResult{res})[0]
 		}
 		delay, r, done := p.onStartError(ctx, j, zone, err)
@@ -419,24 +421,6 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 	if len(recs) == 0 {
 		return out
 	}
-	// A start with a reused token launched a new instance (created after
-	// the job was queued) whose agent has this job's password; one that
-	// returned an instance from before a crash keeps the stored hash.
-	var pw []muster.MachineUpdate
-	for _, i := range idx {
-		if j := jobs[i]; j.reuse {
-			if insts[i].Created.Before(j.queued) {
-				p.log.Info("start returned an instance launched before a restart", "machine", j.id, "instance", insts[i].ID)
-				continue
-			}
-			pw = append(pw, muster.MachineUpdate{ID: j.id, PasswordHash: muster.Ptr(muster.HashSecret(j.password))})
-		}
-	}
-	if len(pw) > 0 {
-		if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, pw); err != nil && ctx.Err() == nil {
-			p.log.Warn("agent password not stored", "err", err)
-		}
-	}
 	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, recs)
 	var evs []muster.Event
 	for k, i := range idx {
@@ -465,6 +449,41 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 	}
 	p.appendEvents(ctx, evs...)
 	return out
+}
+
+// stale handles a start with a reused launch token that returned an
+// instance launched before this job was queued (by a run that crashed
+// before recording it, while listings did not show it yet): its agent has
+// the credentials of that run, which the stored hash no longer matches. It
+// is stopped, and the machine gets a fresh token and nonce, recorded
+// before the next start (C1), which follows at once without using up an
+// attempt.
+func (p *Provisioner) stale(ctx context.Context, j *startJob, res muster.StartResult) (bool, error) {
+	if !j.reuse || !res.Instance.Created.Before(j.queued) {
+		return false, nil
+	}
+	j.reuse = false
+	id := res.Instance.ID
+	p.log.Info("start returned an instance from before a restart; replacing it", "machine", j.id, "instance", id)
+	if err := p.call(ctx, "stop", func(ctx context.Context) error { return p.cfg.Provider.StopInstances(ctx, id) }); err != nil {
+		return false, fmt.Errorf("stop stale instance %s of machine %s: %w", id, j.id, err)
+	}
+	p.obs.Harvested("duplicate", 1)
+	j.token = muster.NewSecret()
+	j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
+	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
+		ID: j.id, LaunchToken: muster.Ptr(j.token), Nonce: muster.Ptr(j.nonce),
+	}}); err != nil {
+		return false, fmt.Errorf("record launch token of machine %s: %w", j.id, err)
+	}
+	params, err := p.buildParams(ctx, j)
+	if err != nil {
+		return false, err
+	}
+	params.Zone = j.params.Zone
+	j.params = params
+	p.appendEvents(ctx, p.newEvent(j.id, "harvest", "instance "+id+" from before a restart stopped; starting a new one"))
+	return true, nil
 }
 
 // report hands a start's result to the loop.
@@ -534,8 +553,16 @@ func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs
 		)
 		for i, j := range js {
 			if outs[i].Err == nil {
-				okJobs = append(okJobs, j)
-				okRes = append(okRes, outs[i].Result)
+				stale, err := p.stale(ctx, j, outs[i].Result)
+				switch {
+				case err != nil:
+					p.report(ctx, p.fail(ctx, j, err))
+				case stale:
+					p.pool.submit(func(ctx context.Context) { p.report(ctx, p.attemptLoop(ctx, j)) })
+				default:
+					okJobs = append(okJobs, j)
+					okRes = append(okRes, outs[i].Result)
+				}
 				continue
 			}
 			delay, r, done := p.onStartError(ctx, j, zone, outs[i].Err)
