@@ -51,6 +51,11 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WatchEnd", testWatchEnd},
 		{"WatchErrors", testWatchErrors},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"Leases", testLeases},
+		{"LeaseExpiry", testLeaseExpiry},
+		{"LeaseContention", testLeaseContention},
+		{"LeaseErrors", testLeaseErrors},
+		{"ControllerRegistry", testControllerRegistry},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
