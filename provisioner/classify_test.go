@@ -1,7 +1,9 @@
 package provisioner
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/musterhq/muster"
@@ -70,4 +72,34 @@ func TestClassifyAll(t *testing.T) {
 	check("make dead", p.MakeDead, []string{"1", "4"})
 	check("dead", p.Dead, []string{"1", "2"})
 	check("defer", p.Defer, []string{"3", "4"})
+}
+
+func TestPoolResizeAndPanic(t *testing.T) {
+	ctx := t.Context()
+	var mu sync.Mutex
+	var panics []any
+	done := make(chan int, 100)
+	p := newPool(ctx, 2, nil)
+	p.onPanic = func(v any) { mu.Lock(); panics = append(panics, v); mu.Unlock() }
+	block := make(chan struct{})
+	for i := 0; i < 10; i++ {
+		p.submit(func(context.Context) { <-block; done <- i })
+	}
+	p.submit(func(context.Context) { panic("boom") })
+	p.resize(5)
+	if q, w := p.stats(); w != 5 || q > 11 {
+		t.Errorf("got %d queued, %d workers, want 5 workers", q, w)
+	}
+	close(block)
+	seen := map[int]bool{}
+	for len(seen) < 10 {
+		seen[<-done] = true
+	}
+	p.resize(1)
+	p.close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(panics) != 1 || panics[0] != "boom" {
+		t.Errorf("got panics %v, want one boom", panics)
+	}
 }

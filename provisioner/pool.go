@@ -18,6 +18,7 @@ type pool struct {
 	closed   bool
 	wg       sync.WaitGroup
 	onChange func(queued, workers int) // called with mu held; may be nil
+	onPanic  func(v any)               // a job panicked; may be nil
 }
 
 func newPool(ctx context.Context, size int, onChange func(queued, workers int)) *pool {
@@ -100,10 +101,22 @@ func (p *pool) worker() {
 		p.changed()
 		p.mu.Unlock()
 
-		job(p.ctx)
+		p.run(job)
 
 		p.mu.Lock()
 		p.busy--
 		p.mu.Unlock()
 	}
+}
+
+// run runs one job, turning a panic into a call of onPanic so that a bug
+// in one job ends the provisioner with an error (P20) rather than the
+// process.
+func (p *pool) run(job func(context.Context)) {
+	defer func() {
+		if v := recover(); v != nil && p.onPanic != nil {
+			p.onPanic(v)
+		}
+	}()
+	job(p.ctx)
 }

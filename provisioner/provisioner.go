@@ -37,6 +37,7 @@ type Provisioner struct {
 	binCache map[string]binariesEntry // arch → agent binaries
 
 	results chan any
+	fatal   chan error // a worker panicked
 	ran     atomic.Bool
 
 	// Owned by the loop.
@@ -52,6 +53,7 @@ type Provisioner struct {
 	young        map[string]time.Time // young unknown instance → when it may be harvested
 	resync       muster.Timer
 	retryTimer   muster.Timer
+	retryNext    time.Time // when retryTimer fires
 	youngTimer   muster.Timer
 }
 
@@ -102,6 +104,7 @@ func New(cfg Config) (*Provisioner, error) {
 		log:          cfg.Logger.With("model", cfg.Model.Name),
 		obs:          cfg.Observer,
 		results:      make(chan any, 64),
+		fatal:        make(chan error, 1),
 		harvest:      cfg.Model.Settings.HarvestMode,
 		state:        map[string]*mstate{},
 		view:         map[string]*viewEntry{},
@@ -165,6 +168,12 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	defer w.Close()
 	s := p.settings.Load()
 	p.pool = newPool(ctx, s.NumProvisionWorkers, p.obs.Queue)
+	p.pool.onPanic = func(v any) {
+		select {
+		case p.fatal <- muster.Errorf(muster.EInternal, "provisioner worker panic: %v", v):
+		default:
+		}
+	}
 	defer func() {
 		cancel()
 		p.pool.close()
@@ -205,6 +214,8 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 				return fmt.Errorf("watch model %s: %w", p.cfg.Model.Name, w.Err())
 			}
 			err = p.handleChanges(ctx, cs)
+		case err := <-p.fatal:
+			return err
 		case r := <-p.results:
 			switch r := r.(type) {
 			case startResult:
@@ -795,16 +806,20 @@ func (p *Provisioner) scheduleRetries(ms []muster.Machine) {
 }
 
 func (p *Provisioner) armRetry() {
-	if p.retryTimer != nil {
-		p.retryTimer.Stop()
-		p.retryTimer = nil
-	}
 	var next time.Time
 	for _, e := range p.retryAt {
 		if next.IsZero() || e.at.Before(next) {
 			next = e.at
 		}
 	}
+	if p.retryTimer != nil && next.Equal(p.retryNext) {
+		return // armed for that time already
+	}
+	if p.retryTimer != nil {
+		p.retryTimer.Stop()
+		p.retryTimer = nil
+	}
+	p.retryNext = next
 	if next.IsZero() {
 		return
 	}

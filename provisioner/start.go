@@ -318,6 +318,9 @@ func (p *Provisioner) attemptLoop(ctx context.Context, j *startJob) startResult 
 		err = p.call(ctx, "start", func(ctx context.Context) error {
 			var err error
 			res, err = p.cfg.Provider.StartInstance(ctx, j.params)
+			if err == nil && res.Instance.ID == "" {
+				err = muster.NewProviderError(muster.ErrUnavailable, "", "provider returned no instance id")
+			}
 			return err
 		})
 		if err == nil {
