@@ -138,10 +138,11 @@ func listen(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// listen wakes the watchers on every notification. When the connection
-// breaks it wakes them too, reconnects with backoff and wakes them again
-// once listening: the watchers then read the change log, which holds
-// whatever was missed meanwhile (the poll interval covers the rest).
+// listen wakes the watchers of a model on each of its notifications. When
+// the connection breaks it wakes every watcher, reconnects with backoff and
+// wakes them all again once listening: the watchers then read the change
+// log, which holds whatever was missed meanwhile (the poll interval covers
+// the rest).
 func (s *Store) listen(cfg *pgx.ConnConfig, conn *pgx.Conn) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,10 +159,11 @@ func (s *Store) listen(cfg *pgx.ConnConfig, conn *pgx.Conn) {
 		if conn != nil {
 			var err error
 			for {
-				if _, err = conn.WaitForNotification(ctx); err != nil {
+				var n *pgconn.Notification
+				if n, err = conn.WaitForNotification(ctx); err != nil {
 					break
 				}
-				s.wake()
+				s.wake(n.Payload) // the model uuid
 			}
 			conn.Close(context.Background())
 			conn = nil
@@ -169,7 +171,7 @@ func (s *Store) listen(cfg *pgx.ConnConfig, conn *pgx.Conn) {
 				return
 			}
 			s.log.Warn("change listener lost its connection", "err", err)
-			s.wake()
+			s.wakeAll()
 		}
 		select {
 		case <-ctx.Done():
@@ -188,6 +190,6 @@ func (s *Store) listen(cfg *pgx.ConnConfig, conn *pgx.Conn) {
 		conn = c
 		backoff = 100 * time.Millisecond
 		s.log.Info("change listener reconnected")
-		s.wake()
+		s.wakeAll()
 	}
 }

@@ -42,7 +42,7 @@ type Store struct {
 	rstmts map[string]*sql.Stmt // prepared on rdb
 
 	mu     sync.Mutex
-	notify chan struct{} // closed and replaced after each commit with changes
+	notify map[string]chan struct{} // model → closed (and dropped) when it changes
 	closed bool
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
@@ -124,7 +124,7 @@ func newStore(d *dialect, o options) *Store {
 		clock:  o.clock,
 		log:    o.log,
 		poll:   o.poll,
-		notify: make(chan struct{}),
+		notify: map[string]chan struct{}{},
 		done:   make(chan struct{}),
 		wstmts: map[string]*sql.Stmt{},
 		rstmts: map[string]*sql.Stmt{},
@@ -424,18 +424,39 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *wtx) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if len(t.changes) > 0 {
-		s.wake()
+	for model := range t.seenModels() {
+		s.wake(model)
 	}
 	return nil
 }
 
-// wake wakes every watcher of the store to read the change log.
-func (s *Store) wake() {
+// seenModels returns the models that t changed.
+func (t *wtx) seenModels() map[string]bool {
+	out := map[string]bool{}
+	for _, c := range t.changes {
+		out[c.model] = true
+	}
+	return out
+}
+
+// wake wakes the watchers of a model to read the change log.
+func (s *Store) wake(model string) {
 	s.mu.Lock()
-	close(s.notify)
-	s.notify = make(chan struct{})
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if ch, ok := s.notify[model]; ok {
+		close(ch)
+		delete(s.notify, model)
+	}
+}
+
+// wakeAll wakes every watcher of the store.
+func (s *Store) wakeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for model, ch := range s.notify {
+		close(ch)
+		delete(s.notify, model)
+	}
 }
 
 // cacheWrites prepares the queries t met for the first time on the write
@@ -450,10 +471,16 @@ func (s *Store) cacheWrites(t *wtx) {
 	}
 }
 
-func (s *Store) notifier() <-chan struct{} {
+// notifier returns a channel closed at the next change of model.
+func (s *Store) notifier(model string) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.notify
+	ch, ok := s.notify[model]
+	if !ok {
+		ch = make(chan struct{})
+		s.notify[model] = ch
+	}
+	return ch
 }
 
 // Revision returns the newest revision of the change log.

@@ -153,7 +153,7 @@ func (w *watcher) run(ctx context.Context) {
 	for {
 		// Take the notification channel before reading, so that a commit
 		// after the read always wakes us.
-		notify := w.s.notifier()
+		notify := w.s.notifier(w.model)
 		if err := w.read(ctx); err != nil {
 			w.stop(ctx, err)
 			return
