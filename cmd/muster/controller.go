@@ -39,6 +39,9 @@ type controllerConfig struct {
 	// WriteUserConfig also writes ~/.config/muster/client.yaml when none
 	// exists (the daemon does; tests and the demo do not).
 	WriteUserConfig bool
+	// AgentBinary is the controller's own agent binary, registered in the
+	// agent binary catalogue at start; default os.Executable().
+	AgentBinary string
 }
 
 // controller is a running `muster controller`: store, HTTPS API, and one
@@ -49,6 +52,7 @@ type controller struct {
 	store      muster.Store
 	uuid       string
 	ca         *auth.CA
+	agentBins  *agentCatalogue
 	url        string // https://host:port
 	clientPath string // <data-dir>/client.yaml
 
@@ -118,6 +122,16 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 		return nil, err
 	}
 	if err := c.ensureDefaultModel(ctx); err != nil {
+		return nil, err
+	}
+	// agent binaries: register the controller's own (agentbinaries.go).
+	if cfg.AgentBinary == "" {
+		if c.cfg.AgentBinary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find own binary: %w", err)
+		}
+	}
+	c.agentBins = newAgentCatalogue(cfg.DataDir)
+	if err := c.agentBins.registerSelf(c.cfg.AgentBinary, cfg.Clock.Now()); err != nil {
 		return nil, err
 	}
 	if c.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -279,6 +293,11 @@ func (c *controller) syncModels() {
 	}
 	c.mu.Unlock()
 	for _, r := range gone {
+		if r.provider.cleanup != nil { // removed model: remove its networks
+			if err := r.provider.cleanup(c.ctx); err != nil {
+				c.log.Warn("clean up removed model", "model", r.model.Name, "err", err)
+			}
+		}
 		c.stopModel(r)
 	}
 }
@@ -289,9 +308,14 @@ func (c *controller) startModel(m muster.Model) error {
 	if !ok {
 		return fmt.Errorf("unknown provider %q", m.Provider)
 	}
-	p, err := kind.open(c.ctx, providerEnv{controllerUUID: c.uuid, model: m, dataDir: c.cfg.DataDir, logger: log, clock: c.cfg.Clock})
+	p, err := kind.open(c.ctx, providerEnv{controllerUUID: c.uuid, model: m, dataDir: c.cfg.DataDir, logger: log, clock: c.cfg.Clock,
+		store: c.store, apiURL: c.url, caCert: c.ca.CertPEM, agentBinary: c.cfg.AgentBinary, listenAgents: c.listenAgents})
 	if err != nil {
 		return err
+	}
+	apiAddresses := []string{c.url}
+	if p.apiAddresses != nil { // e.g. docker zone gateways (agentlisten.go)
+		apiAddresses = p.apiAddresses
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	r := &modelRunner{model: m, provider: p, cancel: cancel}
@@ -300,11 +324,11 @@ func (c *controller) startModel(m muster.Model) error {
 		Model:          m,
 		Store:          c.store,
 		Provider:       p,
-		AgentBinaries:  selfAgentBinaries{},
+		AgentBinaries:  c.agentBins,
 		Clock:          c.cfg.Clock,
 		Logger:         log,
 		Observer:       c.metrics.observer(m.Name),
-		APIAddresses:   []string{c.url},
+		APIAddresses:   apiAddresses,
 		CACert:         string(c.ca.CertPEM),
 	}, provisioner.SupervisorOptions{})
 	c.mu.Lock()

@@ -74,6 +74,8 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newControllerCmd(),
 		newSimCmd(),
+		newAgentCmd(),
+		newAgentBinariesCmd(),
 	)
 	return root
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/agent"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+)
+
+// maxAgentConfig bounds the agent config file.
+const maxAgentConfig = 1 << 20
+
+func newAgentCmd() *cobra.Command {
+	var path, logFormat string
+	cmd := &cobra.Command{
+		Use:   "agent --config FILE",
+		Short: "Run the machine agent: log in to the controller and report this machine started",
+		Long: `Run the machine agent of an instance. It logs in to the controller with the
+machine id, password and nonce of FILE (JSON or YAML, written by the
+provisioner), reports the machine started with its hardware and addresses,
+and heartbeats until SIGINT or SIGTERM. It exits with status 1 when the
+controller refuses its password, or keeps refusing its nonce for a minute.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageErrorf("--config FILE is required")
+			}
+			var logger *slog.Logger
+			switch logFormat {
+			case "text":
+				logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			case "json":
+				logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			default:
+				return usageErrorf("bad --log-format %q: want text or json", logFormat)
+			}
+			cfg, err := loadAgentConfig(path)
+			if err != nil {
+				return err
+			}
+			return agent.Run(cmd.Context(), cfg, agent.Options{Logger: logger})
+		},
+	}
+	f := cmd.Flags()
+	// This --config shadows the global client config flag.
+	f.StringVar(&path, "config", "", "agent config file (JSON or YAML)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// loadAgentConfig reads an agent config file, JSON or YAML with the same
+// keys.
+func loadAgentConfig(path string) (muster.AgentConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return muster.AgentConfig{}, fmt.Errorf("read agent config: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxAgentConfig+1))
+	if err != nil {
+		return muster.AgentConfig{}, fmt.Errorf("read agent config: %w", err)
+	}
+	if len(b) > maxAgentConfig {
+		return muster.AgentConfig{}, muster.Errorf(muster.EInvalid, "agent config %s is larger than %d bytes", path, maxAgentConfig)
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] != '{' {
+		var m map[string]any
+		if err := yaml.Unmarshal(b, &m); err != nil {
+			return muster.AgentConfig{}, muster.Errorf(muster.EInvalid, "bad agent config %s: %v", path, err)
+		}
+		if b, err = json.Marshal(m); err != nil {
+			return muster.AgentConfig{}, muster.Errorf(muster.EInvalid, "bad agent config %s: %v", path, err)
+		}
+	}
+	cfg, err := muster.ParseAgentConfig(b)
+	if err != nil {
+		return muster.AgentConfig{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}

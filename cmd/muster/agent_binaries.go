@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/spf13/cobra"
+)
+
+func newAgentBinariesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "agent-binaries",
+		Short: "Manage the controller's catalogue of agent binaries",
+		Long: `Manage the catalogue of agent binaries (by version, OS and arch) in a
+controller's data directory. The controller registers its own binary at
+start; add others for machines of other architectures. A running controller
+reads the catalogue at each lookup, so additions take effect at once.
+
+The docker provider puts the agent binary into a FROM-scratch image, so it
+must be statically linked: build muster with CGO_ENABLED=0
+(e.g. CGO_ENABLED=0 go build ./cmd/muster, or CGO_ENABLED=0 go run ./cmd/muster ...).`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newAgentBinariesAddCmd(), newAgentBinariesListCmd())
+	return cmd
+}
+
+func newAgentBinariesAddCmd() *cobra.Command {
+	var dataDir, arch, osName, version string
+	cmd := &cobra.Command{
+		Use:   "add FILE --arch ARCH",
+		Short: "Copy an agent binary into the catalogue",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if arch == "" {
+				return usageErrorf("--arch is required")
+			}
+			e, err := newAgentCatalogue(dataDir).add(args[0], version, osName, arch, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added agent binary %s %s/%s sha256 %s\n", e.Version, e.OS, e.Arch, e.SHA256)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "the controller's data directory")
+	f.StringVar(&arch, "arch", "", "architecture of the binary (amd64, arm64, ...)")
+	f.StringVar(&osName, "os", "linux", "operating system of the binary")
+	f.StringVar(&version, "version", muster.Version, "muster version of the binary")
+	return cmd
+}
+
+func newAgentBinariesListCmd() *cobra.Command {
+	var dataDir, format string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the agent binaries in the catalogue",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "table" && format != "json" {
+				return usageErrorf("bad --format %q: want table or json", format)
+			}
+			es, err := newAgentCatalogue(dataDir).list()
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if format == "json" {
+				if es == nil {
+					es = []agentBinaryEntry{}
+				}
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(es)
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tOS\tARCH\tSIZE\tSHA256\tPATH")
+			for _, e := range es {
+				p := e.Path
+				if e.Self {
+					p += " (controller)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.12s\t%s\n", e.Version, e.OS, e.Arch, e.Size, e.SHA256, p)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "the controller's data directory")
+	f.StringVar(&format, "format", "table", "output format: table or json")
+	return cmd
+}
