@@ -401,14 +401,53 @@ func (s *Server) zoneTable(ctx context.Context, modelUUID string, ms []muster.Ma
 	return out, err
 }
 
+// MaxStatusMachines bounds the ids of one GET .../status?machines=… .
+const MaxStatusMachines = 1000
+
+// statusFilter reads the optional machines query parameter of GET
+// .../status: comma-separated ids. Nil means every machine.
+func statusFilter(r *http.Request) ([]string, error) {
+	q := r.URL.Query()
+	if !q.Has("machines") {
+		return nil, nil
+	}
+	ids := []string{}
+	for _, v := range q["machines"] {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	ids, err := uniqueIDs(ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) > MaxStatusMachines {
+		return nil, muster.Errorf(muster.EInvalid, "too many machines in one status request: %d, at most %d", len(ids), MaxStatusMachines)
+	}
+	return ids, nil
+}
+
+// handleStatus serves the model's status. With ?machines=1,2,3 (the
+// dashboard's refresh of machines named by the event stream) "machines"
+// holds only those of them that exist — an absent id was removed — and
+// "zones" counts only them; the shape is unchanged.
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
+	ids, err := statusFilter(r)
+	if err != nil {
+		return err
+	}
 	m, err := s.model(r)
 	if err != nil {
 		return err
 	}
-	ms, err := s.store.Machines(r.Context(), m.UUID, nil)
-	if err != nil {
-		return err
+	var ms []muster.Machine
+	if ids == nil || len(ids) > 0 {
+		ms, err = s.store.Machines(r.Context(), m.UUID, ids)
+		if err != nil {
+			return err
+		}
 	}
 	st := Status{
 		Model:       m.Name,

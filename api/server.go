@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -61,6 +62,7 @@ type Server struct {
 
 	sessions sync.Map // token hash → *agentSession
 	hb       *heartbeats
+	dash     *dashboard
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -93,6 +95,11 @@ func NewServer(cfg Config) (*Server, error) {
 		closing: make(chan struct{}),
 	}
 	s.hb = newHeartbeats(s)
+	dash, err := newDashboard()
+	if err != nil {
+		return nil, fmt.Errorf("api server: dashboard pages: %w", err)
+	}
+	s.dash = dash
 	s.routes()
 	return s, nil
 }
@@ -100,22 +107,31 @@ func NewServer(cfg Config) (*Server, error) {
 func (s *Server) routes() {
 	m := http.NewServeMux()
 	a := s.adminOnly
-	m.Handle("GET /v1/models", a(s.handleModels))
+	// rd: read-only routes the dashboard uses, where its session cookie
+	// stands in for the admin token. Never a mutating route (CSRF).
+	rd := s.adminOrDashboard
+	m.Handle("GET /v1/models", rd(s.handleModels))
 	m.Handle("POST /v1/models", a(s.handleAddModel))
 	m.Handle("GET /v1/models/{model}", a(s.handleModel))
 	m.Handle("DELETE /v1/models/{model}", a(s.handleRemoveModel))
 	m.Handle("GET /v1/models/{model}/config", a(s.handleModelConfig))
 	m.Handle("PATCH /v1/models/{model}/config", a(s.handleSetModelConfig))
 	m.Handle("POST /v1/models/{model}/machines", a(s.handleAddMachines))
-	m.Handle("GET /v1/models/{model}/machines/{id}", a(s.handleShowMachine))
+	m.Handle("GET /v1/models/{model}/machines/{id}", rd(s.handleShowMachine))
 	m.Handle("POST /v1/models/{model}/remove-machines", a(s.handleRemoveMachines))
 	m.Handle("POST /v1/models/{model}/retry-provisioning", a(s.handleRetryProvisioning))
-	m.Handle("GET /v1/models/{model}/status", a(s.handleStatus))
-	m.Handle("GET /v1/models/{model}/zones", a(s.handleZones))
-	m.Handle("GET /v1/models/{model}/events", a(s.handleEvents))
-	m.Handle("GET /v1/models/{model}/events/stream", a(s.handleEventStream))
+	m.Handle("GET /v1/models/{model}/status", rd(s.handleStatus))
+	m.Handle("GET /v1/models/{model}/zones", rd(s.handleZones))
+	m.Handle("GET /v1/models/{model}/events", rd(s.handleEvents))
+	m.Handle("GET /v1/models/{model}/events/stream", rd(s.handleEventStream))
 	m.Handle("POST /v1/models/{model}/apply", a(s.handleApply))
 	m.Handle("/v1/models/{model}/sim/", a(s.handleSim))
+	m.Handle("POST /v1/dashboard/codes", a(s.handleDashboardCode))
+
+	m.HandleFunc("GET /{$}", s.handleDashboard)
+	m.HandleFunc("GET "+DashboardSigninPath, s.handleDashboardSignin)
+	m.HandleFunc("POST /dashboard/signout", s.handleDashboardSignout)
+	m.Handle("GET /static/", staticHandler())
 
 	m.Handle("POST /v1/agent/login", http.HandlerFunc(s.handleLogin))
 	ag := s.agentOnly
@@ -182,13 +198,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // principal is who made a request.
 type principal struct {
-	admin bool
-	agent *agentSession
+	admin     bool
+	dashboard bool // a browser signed in to the dashboard (read-only)
+	agent     *agentSession
 }
 
 func (p principal) actor() string {
 	if p.agent != nil {
 		return "agent/" + p.agent.machineID
+	}
+	if p.dashboard {
+		return "dashboard"
 	}
 	return "admin"
 }
@@ -200,10 +220,14 @@ func principalOf(ctx context.Context) principal {
 	return p
 }
 
-// authenticate finds who presents the request's bearer token.
-func (s *Server) authenticate(r *http.Request) (principal, error) {
+// authenticate finds who presents the request's bearer token, or with
+// cookie and no bearer token, the dashboard session cookie.
+func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 	tok, ok := auth.BearerToken(r)
 	if !ok {
+		if cookie && s.dashboardSession(r) {
+			return principal{dashboard: true}, nil
+		}
 		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
 	}
 	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
@@ -218,16 +242,22 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) adminOnly(h handlerFunc) http.Handler {
-	return s.guard(h, func(p principal) bool { return p.admin })
+	return s.guard(h, false, func(p principal) bool { return p.admin })
+}
+
+// adminOrDashboard admits the admin token or a dashboard session cookie;
+// only for GET routes.
+func (s *Server) adminOrDashboard(h handlerFunc) http.Handler {
+	return s.guard(h, true, func(p principal) bool { return p.admin || p.dashboard })
 }
 
 func (s *Server) agentOnly(h handlerFunc) http.Handler {
-	return s.guard(h, func(p principal) bool { return p.agent != nil })
+	return s.guard(h, false, func(p principal) bool { return p.agent != nil })
 }
 
-func (s *Server) guard(h handlerFunc, allowed func(principal) bool) http.Handler {
+func (s *Server) guard(h handlerFunc, cookie bool, allowed func(principal) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := s.authenticate(r)
+		p, err := s.authenticate(r, cookie)
 		if err != nil {
 			s.fail(w, r, err)
 			return
