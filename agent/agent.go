@@ -177,14 +177,14 @@ func (a *agent) login(ctx context.Context) (session, error) {
 			}
 			switch muster.ErrorCode(err) {
 			case muster.EUnauthorized, muster.EInvalid, muster.EForbidden:
-				return session{}, fmt.Errorf("log in as machine %s: %w", a.cfg.Machine, err)
+				return session{}, fmt.Errorf("log in as machine %s: %s: %w", a.cfg.Machine, muster.ErrorCode(err), err)
 			case muster.ENotProvisioned:
 				now := a.clock.Now()
 				if refusedSince.IsZero() {
 					refusedSince = now
 				}
 				if now.Sub(refusedSince) >= a.opts.NotProvisionedFor {
-					return session{}, fmt.Errorf("log in as machine %s: refused for %s: %w", a.cfg.Machine, a.opts.NotProvisionedFor, err)
+					return session{}, fmt.Errorf("log in as machine %s: refused for %s: %s: %w", a.cfg.Machine, a.opts.NotProvisionedFor, muster.ErrorCode(err), err)
 				}
 				lastErr = err
 				// The controller answered: other addresses lead to it too.
