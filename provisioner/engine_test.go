@@ -332,3 +332,62 @@ func TestZ5_ProviderWithoutZones(t *testing.T) {
 		t.Errorf("got zone table %v, want empty", zs)
 	}
 }
+
+func TestP13_DeadWhileStartingAndStartFails(t *testing.T) {
+	h := newHarness(t)
+	release := make(chan struct{})
+	h.prov.setHooks(func(r *recProvider) {
+		r.beforeStart = func(ctx context.Context, _ muster.StartParams) error {
+			select {
+			case <-release:
+				return muster.NewProviderError(muster.ErrZoneIndependent, "", "no image")
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	h.start()
+	h.add(1, muster.MachineTemplate{})
+	h.waitFor("start in flight", func() bool { return len(h.prov.startCalls()) == 1 })
+	h.makeDead("0")
+	h.settle()
+	close(release)
+	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
+	if got := h.prov.stopCalls(); len(got) != 0 {
+		t.Errorf("got stop calls %v, want none (nothing was started)", got)
+	}
+	for _, e := range h.events("0") {
+		if e.Kind == "error" {
+			t.Errorf("got error event %q, want the start error of a dead machine not reported", e.Message)
+		}
+	}
+}
+
+func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.add(1, muster.MachineTemplate{})
+	h.waitFor("machine 0 running", h.running("0"))
+	inst := h.machine("0").InstanceID()
+	var fail sync.Once
+	h.prov.setHooks(func(r *recProvider) {
+		r.beforeStop = func(context.Context, []string) error {
+			var err error
+			fail.Do(func() { err = muster.NewProviderError(muster.ErrUnavailable, "", "cloud down") })
+			return err
+		}
+	})
+	h.makeDead("0")
+	h.waitFor("failed stop", func() bool { return len(h.prov.stopCalls()) == 1 })
+	h.settle()
+	if m := h.machine("0"); m.Life != muster.LifeDead {
+		t.Fatalf("got life %s after a failed stop, want the machine still dead", m.Life)
+	}
+	h.advanceUntil("machine 0 removed", h.model.Settings.ResyncInterval/4, func() bool { return !h.exists("0") })
+	if got := h.prov.stopCalls(); len(got) != 2 || got[1][0] != inst {
+		t.Errorf("got stop calls %v, want a second one for %s", got, inst)
+	}
+	if _, ok := h.cloudInstances()[inst]; ok {
+		t.Errorf("instance %s still runs", inst)
+	}
+}

@@ -675,7 +675,7 @@ func (p *Provisioner) process(ctx context.Context, ms []muster.Machine, stops ma
 		st := p.stateOf(id)
 		st.deferred = true
 		if st.job != nil {
-			st.job.deferred.Store(true)
+			st.job.markDead()
 		}
 		p.log.Info("machine dead while starting; stop deferred", "machine", id)
 	}

@@ -27,8 +27,9 @@ type startJob struct {
 	password    string
 	autoRetries int
 	queued      time.Time
-	deferred    atomic.Bool // the machine became dead while starting (P13)
-	ended       atomic.Bool // the provisioning error is being written
+	deferred    atomic.Bool   // the machine became dead while starting (P13)
+	dead        chan struct{} // closed when deferred is set: ends a retry delay
+	ended       atomic.Bool   // the provisioning error is being written
 
 	// reuse: the token and nonce are those of an earlier start that may
 	// have launched an instance before a crash (C1).
@@ -87,7 +88,7 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 		if !ok {
 			continue // removed meanwhile
 		}
-		j := &startJob{id: m.ID, info: info, autoRetries: m.AutoRetries, queued: now}
+		j := &startJob{id: m.ID, info: info, autoRetries: m.AutoRetries, queued: now, dead: make(chan struct{})}
 		if info.Group != "" {
 			if groupErr != nil {
 				msg := fmt.Sprintf("distribution group of machine %s: %v", m.ID, groupErr)
@@ -337,9 +338,33 @@ func (p *Provisioner) attemptLoop(ctx context.Context, j *startJob) startResult 
 		if done {
 			return r
 		}
-		if err := p.sleep(ctx, delay); err != nil {
+		if err := p.sleepJob(ctx, j, delay); err != nil {
 			return startResult{job: j, aborted: true}
 		}
+	}
+}
+
+// markDead flags the job's machine as dead (P13); called by the loop.
+func (j *startJob) markDead() {
+	if !j.deferred.Swap(true) && j.dead != nil {
+		close(j.dead)
+	}
+}
+
+// sleepJob waits a retry delay, cut short when the machine dies.
+func (p *Provisioner) sleepJob(ctx context.Context, j *startJob, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := p.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-j.dead:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -350,7 +375,7 @@ func (p *Provisioner) onStartError(ctx context.Context, j *startJob, zone string
 		return 0, startResult{job: j, aborted: true}, true
 	}
 	s := p.settings.Load()
-	if j.attemptsLeft <= 0 {
+	if j.attemptsLeft <= 0 || j.deferred.Load() {
 		p.zones.forget(j.id)
 		return 0, p.fail(ctx, j, err), true
 	}
@@ -574,7 +599,7 @@ func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs
 				continue
 			}
 			p.pool.submit(func(ctx context.Context) {
-				if err := p.sleep(ctx, delay); err != nil {
+				if err := p.sleepJob(ctx, j, delay); err != nil {
 					p.send(ctx, startResult{job: j, aborted: true})
 					return
 				}
