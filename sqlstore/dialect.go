@@ -50,6 +50,8 @@ type dialect struct {
 	// changes, with the model uuid as argument: it wakes the watchers of
 	// other processes.
 	notify string
+	// recordChanges writes the changes of t under revision rev.
+	recordChanges func(ctx context.Context, t *wtx, rev int64) error
 	// snapshot are the options of a read transaction that must see one
 	// snapshot; nil for the default.
 	snapshot *sql.TxOptions
@@ -87,6 +89,7 @@ func sqliteDialect() *dialect {
 			return errors.As(err, &e) && (e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 		},
 		retryable:       func(error) bool { return false },
+		recordChanges:   recordChangeRows,
 		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied INTEGER NOT NULL)`,
 		// SQLite runs on one machine: the store's clock is the database's.
 		now: func(_ context.Context, s *Store, _ querier) (time.Time, error) { return s.clock.Now(), nil },

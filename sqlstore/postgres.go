@@ -50,6 +50,7 @@ func postgresDialect() *dialect {
 		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied BIGINT NOT NULL)`,
 		migrateLock:     `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(migrateLockKey, 10) + `)`,
 		notify:          `SELECT pg_notify(` + channelExpr + `, ?)`,
+		recordChanges:   recordChangeArrays,
 		snapshot:        &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
 		now: func(ctx context.Context, _ *Store, q querier) (time.Time, error) {
 			var t time.Time
@@ -192,4 +193,17 @@ func (s *Store) listen(cfg *pgx.ConnConfig, conn *pgx.Conn) {
 		s.log.Info("change listener reconnected")
 		s.wakeAll()
 	}
+}
+
+// recordChangeArrays writes t's changes under rev in one statement: the
+// revision_counter row lock is held meanwhile, so round trips count.
+func recordChangeArrays(ctx context.Context, t *wtx, rev int64) error {
+	n := len(t.changes)
+	models, kinds, keys := make([]string, n), make([]string, n), make([]string, n)
+	for i, c := range t.changes {
+		models[i], kinds[i], keys[i] = c.model, string(c.kind), c.key
+	}
+	_, err := t.exec(ctx, `INSERT INTO changes (revision, model_uuid, kind, key)
+		SELECT ?, m, k, key FROM unnest(?::text[], ?::text[], ?::text[]) AS c(m, k, key)`, rev, models, kinds, keys)
+	return err
 }

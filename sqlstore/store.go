@@ -398,36 +398,58 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *wtx) error) error {
 	if err := fn(t); err != nil {
 		return err
 	}
+	models := t.seenModels()
+	if s.d.notify != "" {
+		// Delivered at commit; sent before the revision is taken to keep
+		// the revision_counter row lock short.
+		for _, model := range sortedKeys(models) {
+			if _, err := t.exec(ctx, s.d.notify, model); err != nil {
+				return fmt.Errorf("notify change: %w", err)
+			}
+		}
+	}
 	if len(t.changes) > 0 {
+		// The revision is taken last: its row lock, held until the commit,
+		// orders revisions like commits.
 		var rev int64
 		if err := t.queryRow(ctx, `UPDATE revision_counter SET revision = revision + 1 WHERE one = 1 RETURNING revision`).Scan(&rev); err != nil {
 			return fmt.Errorf("next revision: %w", err)
 		}
-		stmt, err := t.prepare(ctx, `INSERT INTO changes (revision, model_uuid, kind, key) VALUES (?, ?, ?, ?)`)
-		if err != nil {
+		if err := s.d.recordChanges(ctx, t, rev); err != nil {
 			return fmt.Errorf("record changes: %w", err)
-		}
-		defer stmt.Close()
-		notified := map[string]bool{}
-		for _, c := range t.changes {
-			if _, err := stmt.ExecContext(ctx, rev, c.model, string(c.kind), c.key); err != nil {
-				return fmt.Errorf("record change: %w", err)
-			}
-			if s.d.notify != "" && !notified[c.model] {
-				notified[c.model] = true
-				if _, err := t.exec(ctx, s.d.notify, c.model); err != nil {
-					return fmt.Errorf("notify change: %w", err)
-				}
-			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	for model := range t.seenModels() {
+	for model := range models {
 		s.wake(model)
 	}
 	return nil
+}
+
+// recordChangeRows writes t's changes under rev one row at a time.
+func recordChangeRows(ctx context.Context, t *wtx, rev int64) error {
+	stmt, err := t.prepare(ctx, `INSERT INTO changes (revision, model_uuid, kind, key) VALUES (?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, c := range t.changes {
+		if _, err := stmt.ExecContext(ctx, rev, c.model, string(c.kind), c.key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // seenModels returns the models that t changed.

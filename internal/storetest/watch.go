@@ -394,7 +394,7 @@ func testWatchErrors(t *testing.T, h *harness) {
 // see, for every machine, a change set after that machine's last write.
 // -short makes it 8 × 100 writes instead of 8 × 500.
 func testConcurrentWriters(t *testing.T, h *harness) {
-	writers, writesEach := 8, 500
+	writers, writesEach := 8, 200
 	if testing.Short() {
 		writesEach = 100
 	}
