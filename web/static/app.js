@@ -493,6 +493,7 @@
     const s = STATE[st];
     const inst = m.instance || {};
     const kv = el('dl', { class: 'kv' });
+    const opt = (k, v) => { if (v) row(k, v); }; // only when set
     const row = (k, v, cls) => kv.append(el('dt', { text: k }), el('dd', cls ? { class: cls } : null, v === '' || v === undefined || v === null ? '–' : v));
     row('State', el('span', { class: 'badge s-' + st, 'data-state': st }, el('span', { class: 'ic', 'aria-hidden': 'true', text: s.icon }), ' ' + s.label));
     row('Life', m.life);
@@ -504,14 +505,14 @@
     row('Group', m.group);
     row('Constraints', m.constraints);
     row('Base', m.base);
-    row('Placement', m.placement);
+    opt('Placement', m.placement);
     row('Hardware', m.hardware);
     row('Addresses', (inst.addresses || []).join(', '));
-    row('Storage', (m.storage || []).join('; '));
-    row('Volumes', (m.volumes || []).map((v) => (v.name ? v.name + ' ' : '') + (v['volume-id'] || '')).join(', '));
+    opt('Storage', (m.storage || []).join('; '));
+    opt('Volumes', (m.volumes || []).map((v) => (v.name ? v.name + ' ' : '') + (v['volume-id'] || '')).join(', '));
     row('Keep instance', m['keep-instance'] ? 'yes' : 'no');
     row('Automatic retries', String(m['auto-retries']));
-    row('Next retry', m['next-retry'] ? new Date(m['next-retry']).toLocaleString() : '');
+    opt('Next retry', m['next-retry'] ? new Date(m['next-retry']).toLocaleString() : '');
     row('Created', new Date(m.created).toLocaleString());
     row('Updated', new Date(m.updated).toLocaleString());
 
