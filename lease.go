@@ -9,6 +9,12 @@ import (
 // sharing a store. Expiry is measured on the store's clock (the database
 // server's clock for a shared database), so controllers whose own clocks
 // are skewed still agree on who holds a lease.
+//
+// A holder that must stop acting before anyone else may start (one
+// provisioner per model) should not compare the returned expiry with its
+// own clock; it should count ttl from just before its ClaimLease call on
+// its own monotonic clock: that deadline always comes before the
+// database's expiry, whatever the skew.
 type LeaseStore interface {
 	// ClaimLease claims the lease name for holder for ttl. It succeeds
 	// (held true) when the lease is free, expired or already held by
