@@ -2,15 +2,32 @@ package sqlstore_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"testing"
 
 	"github.com/musterhq/muster"
 )
 
-func benchModel(b *testing.B) (muster.Store, string) {
+// backends are the stores the benchmarks run on: SQLite, and PostgreSQL
+// when MUSTER_TEST_POSTGRES is set.
+func backends() []string {
+	if os.Getenv("MUSTER_TEST_POSTGRES") != "" {
+		return []string{"sqlite", "postgres"}
+	}
+	return []string{"sqlite"}
+}
+
+func benchModel(b *testing.B, backend string) (muster.Store, string) {
 	b.Helper()
-	s := openSQLite(b, b.TempDir(), "bench")
+	var s muster.Store
+	if backend == "postgres" {
+		p := newPGSchemas(b)
+		p.durable = true // measure commits as they are in production
+		s = p.open(b, "bench")
+	} else {
+		s = openSQLite(b, b.TempDir(), "bench")
+	}
 	b.Cleanup(func() { s.Close() })
 	m, err := s.CreateModel(context.Background(), muster.Model{Name: "bench", Provider: "sim"})
 	if err != nil {
@@ -21,7 +38,13 @@ func benchModel(b *testing.B) (muster.Store, string) {
 
 // BenchmarkAddMachines1000 adds 1,000 machines in one call.
 func BenchmarkAddMachines1000(b *testing.B) {
-	s, model := benchModel(b)
+	for _, be := range backends() {
+		b.Run(be, func(b *testing.B) { benchAddMachines(b, be) })
+	}
+}
+
+func benchAddMachines(b *testing.B, backend string) {
+	s, model := benchModel(b, backend)
 	ts := make([]muster.MachineTemplate, 1000)
 	for i := range ts {
 		ts[i] = muster.MachineTemplate{Constraints: muster.MustParseConstraints("cores=2 mem=4G"), Group: "web"}
@@ -39,9 +62,15 @@ func BenchmarkAddMachines1000(b *testing.B) {
 // BenchmarkUpdateMachines updates 1,000 machines per call, in batches of
 // the given size.
 func BenchmarkUpdateMachines(b *testing.B) {
+	for _, be := range backends() {
+		b.Run(be, func(b *testing.B) { benchUpdateMachines(b, be) })
+	}
+}
+
+func benchUpdateMachines(b *testing.B, backend string) {
 	for _, batch := range []int{1, 100, 1000} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
-			s, model := benchModel(b)
+			s, model := benchModel(b, backend)
 			ctx := context.Background()
 			ms, err := s.AddMachines(ctx, model, make([]muster.MachineTemplate, 1000))
 			if err != nil {

@@ -22,9 +22,10 @@ import (
 // pgSchemas gives each store name of a test its own schema of the
 // database named by MUSTER_TEST_POSTGRES, dropped when the test ends.
 type pgSchemas struct {
-	base   string
-	admin  *sql.DB
-	prefix string
+	base    string
+	admin   *sql.DB
+	prefix  string
+	durable bool // commits wait for the WAL flush (benchmarks)
 
 	mu      sync.Mutex
 	schemas map[string]string // store name → schema
@@ -91,9 +92,12 @@ func (p *pgSchemas) url(tb testing.TB, name string) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
-	// The tests never crash the server: commits need not wait for the WAL
-	// to reach the disk, which keeps the suite fast on slow disks.
-	q.Set("synchronous_commit", "off")
+	if !p.durable {
+		// The tests never crash the server: commits need not wait for
+		// the WAL to reach the disk, which keeps the suite fast on slow
+		// disks.
+		q.Set("synchronous_commit", "off")
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }
