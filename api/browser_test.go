@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,51 +25,10 @@ import (
 // code refused a second time and a request without the cookie refused.
 // Screenshots go to $MUSTER_ARTIFACTS (else a temporary directory).
 func TestDashboardInBrowser(t *testing.T) {
-	if os.Getenv("MUSTER_TEST_BROWSER") != "1" {
-		t.Skip("set MUSTER_TEST_BROWSER=1 to run the dashboard in headless chromium (Debian package chromium)")
-	}
-	chrome := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			chrome = p
-			break
-		}
-	}
-	if chrome == "" {
-		t.Fatal("MUSTER_TEST_BROWSER=1 but no chromium found: apt-get install chromium")
-	}
-	artefacts := os.Getenv("MUSTER_ARTIFACTS")
-	if artefacts == "" {
-		artefacts = t.TempDir()
-	}
-	if err := os.MkdirAll(artefacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	h := newHarness(t, func(c *api.Config) {
-		c.Zones = func(context.Context, string) ([]muster.Zone, error) {
-			return []muster.Zone{{Name: "a", Available: true}, {Name: "b", Available: true}, {Name: "c", Available: true}, {Name: "d"}}, nil
-		}
-	})
+	bctx, h := startBrowser(t)
 	ctx := context.Background()
 	h.addMachines(t, api.AddMachinesRequest{Count: 3, Group: "web", Constraints: "cores=2 mem=4G"})
 	h.provision(t, "0", "a")
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox, // root in CI containers
-		// The test CA is trusted by this browser only.
-		chromedp.Flag("ignore-certificate-errors", true),
-		chromedp.WindowSize(1280, 900),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// Guards the whole run against a hang; no timing is asserted.
-	bctx, cancelTimeout := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancelTimeout()
 
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -79,15 +39,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	text := func(sel string) string { return runB(t, bctx, "text of "+sel, chromedp.Text(chromedp.CSS(sel))) }
 	tile := func(id string) string { return `#zones .tile[data-id="` + id + `"]` }
 	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
-	shot := func(name string) {
-		t.Helper()
-		png := runB(t, bctx, "screenshot "+name, chromedp.FullScreenshot(100))
-		p := filepath.Join(artefacts, name)
-		if err := os.WriteFile(p, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", p)
-	}
+	shot := func(name string) { shot(t, bctx, name) }
 
 	// Without a session, / shows only the sign-in page.
 	do("open / without a session", chromedp.Navigate(h.ts.URL+"/"), visible(`.signin-box`))
@@ -196,6 +148,76 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 }
 
+// dashTileCap is TILE_CAP of web/static/app.js: tiles drawn per column.
+const dashTileCap = 300
+
+// startBrowser starts an API server (zones a, b, c available, d not) and a
+// headless chromium for it, or skips without MUSTER_TEST_BROWSER=1.
+func startBrowser(t *testing.T) (context.Context, *harness) {
+	t.Helper()
+	if os.Getenv("MUSTER_TEST_BROWSER") != "1" {
+		t.Skip("set MUSTER_TEST_BROWSER=1 to run the dashboard in headless chromium (Debian package chromium)")
+	}
+	chrome := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			chrome = p
+			break
+		}
+	}
+	if chrome == "" {
+		t.Fatal("MUSTER_TEST_BROWSER=1 but no chromium found: apt-get install chromium")
+	}
+	h := newHarness(t, func(c *api.Config) {
+		c.Zones = func(context.Context, string) ([]muster.Zone, error) {
+			return []muster.Zone{{Name: "a", Available: true}, {Name: "b", Available: true}, {Name: "c", Available: true}, {Name: "d"}}, nil
+		}
+	})
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox, // root in CI containers
+		// The test CA is trusted by this browser only.
+		chromedp.Flag("ignore-certificate-errors", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	// Start the browser now, on a context without a deadline.
+	if err := chromedp.Do(bctx); err != nil {
+		cancelBrowser()
+		cancelAlloc()
+		t.Fatalf("start chromium: %v", err)
+	}
+	// The deadline guards the run against a hang; no timing is asserted.
+	tctx, cancelTimeout := context.WithTimeout(bctx, 2*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelBrowser()
+		cancelAlloc()
+	})
+	return tctx, h
+}
+
+// shot saves a screenshot of the whole page to $MUSTER_ARTIFACTS, else to
+// a temporary directory.
+func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("MUSTER_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	png := runB(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
 // runB runs one browser action and fails the test on error.
 func runB[T any](tb testing.TB, ctx context.Context, what string, a chromedp.Action[T]) T {
 	tb.Helper()
@@ -209,4 +231,61 @@ func runB[T any](tb testing.TB, ctx context.Context, what string, a chromedp.Act
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestDashboardInBrowserLargeFleet loads a 10,000-machine model: the page
+// shows exact counts while it draws at most dashTileCap tiles per zone
+// column and says how many it left out. Load and frame times are logged,
+// not asserted.
+func TestDashboardInBrowserLargeFleet(t *testing.T) {
+	bctx, h := startBrowser(t)
+	ctx := context.Background()
+	const n, placed = 10000, 6000
+	h.addMachines(t, api.AddMachinesRequest{Count: n, Group: "fleet"})
+	us := make([]muster.MachineUpdate, placed)
+	rs := make([]muster.InstanceRecord, placed)
+	for i := range placed {
+		id, nonce := strconv.Itoa(i), "machine-0:"+muster.NewUUID()
+		us[i] = muster.MachineUpdate{ID: id, Nonce: muster.Ptr(nonce)}
+		rs[i] = muster.InstanceRecord{MachineID: id, Nonce: nonce, Info: muster.InstanceInfo{InstanceID: "i-" + id, Zone: string(rune('a' + i%3))}}
+	}
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, us); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.RecordInstances(ctx, h.model.UUID, rs); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	runB(t, bctx, "sign in", chromedp.Navigate(h.ts.URL+api.DashboardSigninPath+"?code="+h.code(t)))
+	runB(t, bctx, "all machines counted", chromedp.Poll[bool](`document.getElementById('f-machines').textContent === '10000'`))
+	t.Logf("10,000 machines loaded and drawn in %v", time.Since(began))
+	if p := runB(t, bctx, "progress", chromedp.Text(chromedp.CSS(`#progress-text`))); p != "6000 of 10000 machines running (60%)" {
+		t.Errorf("got progress %q, want 6000 of 10000 machines running (60%%)", p)
+	}
+	tiles := runB(t, bctx, "tiles", chromedp.Evaluate[int](`document.querySelectorAll('#zones .tile').length`))
+	cols := runB(t, bctx, "columns", chromedp.Evaluate[int](`document.querySelectorAll('#zones .zone').length`))
+	// Columns: not placed (4,000), a, b, c (2,000 each) and the empty,
+	// unavailable d; the four full ones draw dashTileCap tiles each.
+	if cols != 5 || tiles != 4*dashTileCap {
+		t.Errorf("got %d tiles in %d columns, want %d in 5", tiles, cols, 4*dashTileCap)
+	}
+	if more := runB(t, bctx, "more", chromedp.Evaluate[int](`document.querySelectorAll('#zones .more').length`)); more != 4 {
+		t.Errorf("got %d 'more not drawn' notes, want 4", more)
+	}
+
+	// A burst: 3,000 machines start at once; counts follow without a reload.
+	began = time.Now()
+	up := make([]muster.MachineUpdate, 3000)
+	for i := range up {
+		up[i] = muster.MachineUpdate{ID: strconv.Itoa(i), Status: muster.Ptr(muster.StatusStarted)}
+	}
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, up); err != nil {
+		t.Fatal(err)
+	}
+	runB(t, bctx, "started counted", chromedp.Poll[bool](`document.querySelector('#counts [data-state="started"] b').textContent === '3000'`))
+	t.Logf("3,000 changed machines shown in %v", time.Since(began))
+	frame := runB(t, bctx, "frame time", chromedp.Evaluate[float64](`new Promise(r => { const t = performance.now(); requestAnimationFrame(() => r(performance.now() - t)); })`, chromedp.EvalAwaitPromise))
+	t.Logf("next animation frame after %.1f ms", frame)
+	shot(t, bctx, "dashboard-10k.png")
 }
