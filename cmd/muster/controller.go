@@ -357,6 +357,7 @@ func (c *controller) runner(modelUUID string) *modelRunner {
 // Close stops the API and every provisioner, within ctx's deadline.
 func (c *controller) Close(ctx context.Context) error {
 	var err error
+	c.stopSimAgents() // first: their connections would hold up Shutdown (simagents.go)
 	if c.server != nil {
 		if e := c.server.Shutdown(ctx); e != nil {
 			c.server.Close()

@@ -177,7 +177,26 @@ func (s *simAgents) count() int {
 	return len(s.running)
 }
 
-// close stops every agent and waits for them.
+// stopSimAgents stops the simulated agents of every model. The controller
+// does it before shutting its server down: a connection the agents' shared
+// transport dialled but never used counts as busy for five seconds in
+// http.Server.Shutdown.
+func (c *controller) stopSimAgents() {
+	c.mu.Lock()
+	var agents []*simAgents
+	for _, r := range c.models {
+		if r.provider.simAgents != nil {
+			agents = append(agents, r.provider.simAgents)
+		}
+	}
+	c.mu.Unlock()
+	for _, a := range agents {
+		a.close()
+	}
+}
+
+// close stops every agent and waits for them; it may be called more than
+// once.
 func (s *simAgents) close() {
 	s.mu.Lock()
 	s.closed = true
