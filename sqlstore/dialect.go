@@ -33,6 +33,9 @@ type dialect struct {
 	listArg func(ids []int64) any
 	// isUniqueViolation reports whether err is a unique constraint failure.
 	isUniqueViolation func(err error) bool
+	// arrays says the dialect takes arrays as arguments (unnest), which
+	// turns batch writes into one statement.
+	arrays bool
 	// retryable reports whether a write transaction that failed with err
 	// may be run again from the start (a deadlock or serialization
 	// failure); nil when none is.

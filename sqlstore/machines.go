@@ -55,6 +55,28 @@ func (s *Store) AddMachines(ctx context.Context, modelUUID string, ts []muster.M
 			return nil
 		}
 		first := next - int64(len(ts))
+		if s.d.arrays {
+			n := len(ms)
+			idA := make([]int64, n)
+			cons, base, grp, place := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			for i := range ms {
+				m := &ms[i]
+				idA[i] = first + int64(i)
+				m.ID = formatID(idA[i])
+				cons[i], base[i], grp[i], place[i] = m.Constraints.String(), m.Base, m.Group, m.Placement
+			}
+			if _, err := t.exec(ctx, `INSERT INTO machines (model_uuid, id, life, status, constraints, base, grp, placement, storage, created, updated)
+				SELECT ?, id, ?, ?, cons, base, grp, place, storage, ?, ?
+				FROM unnest(?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) AS u(id, cons, base, grp, place, storage)`,
+				modelUUID, string(muster.LifeAlive), string(muster.StatusPending), nanos(now), nanos(now),
+				idA, cons, base, grp, place, storage); err != nil {
+				return fmt.Errorf("add machines: %w", err)
+			}
+			for i := range ms {
+				t.change(modelUUID, muster.ChangeMachine, ms[i].ID)
+			}
+			return nil
+		}
 		stmt, err := t.prepare(ctx, `INSERT INTO machines (model_uuid, id, life, status, constraints, base, grp, placement, storage, created, updated)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
@@ -210,51 +232,138 @@ func (s *Store) UpdateMachines(ctx context.Context, modelUUID string, us []muste
 		if len(us) == 0 {
 			return nil
 		}
-		sel, err := t.prepare(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+s.d.forUpdate)
-		if err != nil {
-			return fmt.Errorf("update machines: %w", err)
+		ids := make([]string, len(us))
+		for i, u := range us {
+			ids[i] = u.ID
 		}
-		defer sel.Close()
-		upd, err := t.prepare(ctx, `UPDATE machines SET life = ?, status = ?, status_message = ?, instance_status = ?,
-			instance_message = ?, keep_instance = ?, instance = ?, launch_token = ?, nonce = ?, password_hash = ?,
-			auto_retries = ?, next_retry = ?, updated = ? WHERE model_uuid = ? AND id = ?`)
+		current, err := t.machinesForUpdate(ctx, modelUUID, parseIDs(ids))
 		if err != nil {
-			return fmt.Errorf("update machines: %w", err)
+			return err
 		}
-		defer upd.Close()
-		now := nanos(s.clock.Now())
+		var changed []*muster.Machine
 		for _, u := range us {
-			n, ok := parseID(u.ID)
+			n, _ := parseID(u.ID)
+			m, ok := current[n]
 			if !ok {
 				return muster.Errorf(muster.ENotFound, "machine %q not found", u.ID)
 			}
-			m, err := scanMachine(sel.QueryRowContext(ctx, modelUUID, n))
-			if errors.Is(err, sql.ErrNoRows) {
-				return muster.Errorf(muster.ENotFound, "machine %q not found", u.ID)
-			}
-			if err != nil {
-				return fmt.Errorf("read machine %s: %w", u.ID, err)
-			}
-			if err := applyUpdate(&m, u); err != nil {
+			if err := applyUpdate(m, u); err != nil {
 				return err
 			}
-			inst := ""
-			if m.Instance != nil {
-				b, err := json.Marshal(m.Instance)
-				if err != nil {
-					return fmt.Errorf("encode instance of machine %s: %w", m.ID, err)
-				}
-				inst = string(b)
+			if !t.seen[change{modelUUID, muster.ChangeMachine, m.ID}] {
+				changed = append(changed, m)
+				t.change(modelUUID, muster.ChangeMachine, m.ID)
 			}
-			if _, err := upd.ExecContext(ctx, string(m.Life), string(m.Status), m.StatusMessage, string(m.InstanceStatus),
-				m.InstanceMessage, boolInt(m.KeepInstance), inst, m.LaunchToken, m.Nonce, m.PasswordHash,
-				m.AutoRetries, nanos(m.NextRetry), now, modelUUID, n); err != nil {
-				return fmt.Errorf("update machine %s: %w", m.ID, err)
-			}
-			t.change(modelUUID, muster.ChangeMachine, m.ID)
+		}
+		return t.writeMachines(ctx, modelUUID, changed, nanos(s.clock.Now()))
+	})
+}
+
+// machinesForUpdate reads the named machines that exist in one query,
+// locking their rows (in id order, so that concurrent writers cannot
+// deadlock) where the dialect locks rows.
+func (t *wtx) machinesForUpdate(ctx context.Context, modelUUID string, nums []int64) (map[int64]*muster.Machine, error) {
+	out := make(map[int64]*muster.Machine, len(nums))
+	if len(nums) == 0 {
+		return out, nil
+	}
+	d := t.s.d
+	rows, err := t.query(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND `+d.inList("id")+` ORDER BY id`+d.forUpdate,
+		modelUUID, d.listArg(nums))
+	if err != nil {
+		return nil, fmt.Errorf("read machines: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m, err := scanMachine(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read machines: %w", err)
+		}
+		n, _ := parseID(m.ID)
+		out[n] = &m
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read machines: %w", err)
+	}
+	return out, nil
+}
+
+// machineRow holds the columns of a machine that updates write.
+type machineRow struct {
+	id                                           int64
+	life, status, statusMsg, instStatus, instMsg string
+	keep                                         int64
+	instance, launchToken, nonce, passwordHash   string
+	autoRetries, nextRetry                       int64
+}
+
+func toRow(m *muster.Machine) (machineRow, error) {
+	n, _ := parseID(m.ID)
+	r := machineRow{id: n, life: string(m.Life), status: string(m.Status), statusMsg: m.StatusMessage,
+		instStatus: string(m.InstanceStatus), instMsg: m.InstanceMessage, keep: int64(boolInt(m.KeepInstance)),
+		launchToken: m.LaunchToken, nonce: m.Nonce, passwordHash: m.PasswordHash,
+		autoRetries: int64(m.AutoRetries), nextRetry: nanos(m.NextRetry)}
+	if m.Instance != nil {
+		b, err := json.Marshal(m.Instance)
+		if err != nil {
+			return r, fmt.Errorf("encode instance of machine %s: %w", m.ID, err)
+		}
+		r.instance = string(b)
+	}
+	return r, nil
+}
+
+// writeMachines writes the updatable columns of ms: one statement per
+// machine, or one for all where the dialect takes arrays.
+func (t *wtx) writeMachines(ctx context.Context, modelUUID string, ms []*muster.Machine, now int64) error {
+	rows := make([]machineRow, len(ms))
+	for i, m := range ms {
+		var err error
+		if rows[i], err = toRow(m); err != nil {
+			return err
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	if t.s.d.arrays {
+		var a struct {
+			id, keep, retries, next                                     []int64
+			life, status, smsg, istatus, imsg, inst, token, nonce, hash []string
+		}
+		for _, r := range rows {
+			a.id, a.keep, a.retries, a.next = append(a.id, r.id), append(a.keep, r.keep), append(a.retries, r.autoRetries), append(a.next, r.nextRetry)
+			a.life, a.status, a.smsg, a.istatus, a.imsg = append(a.life, r.life), append(a.status, r.status), append(a.smsg, r.statusMsg), append(a.istatus, r.instStatus), append(a.imsg, r.instMsg)
+			a.inst, a.token, a.nonce, a.hash = append(a.inst, r.instance), append(a.token, r.launchToken), append(a.nonce, r.nonce), append(a.hash, r.passwordHash)
+		}
+		_, err := t.exec(ctx, `UPDATE machines AS m SET life = u.life, status = u.status, status_message = u.smsg,
+			instance_status = u.istatus, instance_message = u.imsg, keep_instance = u.keep, instance = u.inst,
+			launch_token = u.token, nonce = u.nonce, password_hash = u.hash, auto_retries = u.retries,
+			next_retry = u.next, updated = ?
+			FROM unnest(?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[], ?::text[],
+				?::text[], ?::text[], ?::text[], ?::bigint[], ?::bigint[])
+				AS u(id, life, status, smsg, istatus, imsg, keep, inst, token, nonce, hash, retries, next)
+			WHERE m.model_uuid = ? AND m.id = u.id`,
+			now, a.id, a.life, a.status, a.smsg, a.istatus, a.imsg, a.keep, a.inst, a.token, a.nonce, a.hash, a.retries, a.next, modelUUID)
+		if err != nil {
+			return fmt.Errorf("update machines: %w", err)
 		}
 		return nil
-	})
+	}
+	upd, err := t.prepare(ctx, `UPDATE machines SET life = ?, status = ?, status_message = ?, instance_status = ?,
+		instance_message = ?, keep_instance = ?, instance = ?, launch_token = ?, nonce = ?, password_hash = ?,
+		auto_retries = ?, next_retry = ?, updated = ? WHERE model_uuid = ? AND id = ?`)
+	if err != nil {
+		return fmt.Errorf("update machines: %w", err)
+	}
+	defer upd.Close()
+	for _, r := range rows {
+		if _, err := upd.ExecContext(ctx, r.life, r.status, r.statusMsg, r.instStatus, r.instMsg, r.keep, r.instance,
+			r.launchToken, r.nonce, r.passwordHash, r.autoRetries, r.nextRetry, now, modelUUID, r.id); err != nil {
+			return fmt.Errorf("update machine %d: %w", r.id, err)
+		}
+	}
+	return nil
 }
 
 // applyUpdate applies u to m, checking what depends on m.

@@ -47,6 +47,7 @@ func postgresDialect() *dialect {
 			return c == "40001" || c == "40P01" // serialization failure, deadlock
 		},
 		forUpdate:       " FOR UPDATE",
+		arrays:          true,
 		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied BIGINT NOT NULL)`,
 		migrateLock:     `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(migrateLockKey, 10) + `)`,
 		notify:          `SELECT pg_notify(` + channelExpr + `, ?)`,
