@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	htmltemplate "html/template"
 	"io/fs"
 	"net/http"
@@ -111,13 +112,22 @@ func newDashboard() (*dashboard, error) {
 	return &dashboard{index: index, signin: signin}, nil
 }
 
-// dashboardSession reports whether r carries a live dashboard session.
-func (s *Server) dashboardSession(r *http.Request) bool {
+// dashboardSession returns the session cookie of r and whether it is a
+// live dashboard session.
+func (s *Server) dashboardSession(r *http.Request) (string, bool) {
 	c, err := r.Cookie(DashboardCookie)
 	if err != nil {
-		return false
+		return "", false
 	}
-	return s.dash.sessions.valid(c.Value, s.clock.Now(), false)
+	return c.Value, s.dash.sessions.valid(c.Value, s.clock.Now(), false)
+}
+
+// sessionEnded reports whether the request was let in by a dashboard
+// session that has since expired or signed out: long-lived event streams
+// check it so that they do not outlive the session.
+func (s *Server) sessionEnded(ctx context.Context) bool {
+	p := principalOf(ctx)
+	return p.dashboard && !s.dash.sessions.valid(p.session, s.clock.Now(), false)
 }
 
 // handleDashboardCode issues a one-time sign-in code (admin only).
@@ -196,7 +206,7 @@ func (s *Server) handleDashboard(w http.ResponseWriter, r *http.Request) {
 		s.handleDashboardSignin(w, r)
 		return
 	}
-	if !s.dashboardSession(r) {
+	if _, ok := s.dashboardSession(r); !ok {
 		s.signinPage(w, http.StatusOK, "")
 		return
 	}

@@ -508,3 +508,70 @@ func TestDashboardURL(t *testing.T) {
 		t.Errorf("without a token: got %v, want unauthorized", err)
 	}
 }
+
+// TestDashboardStreamEndsWithSession: an event stream opened with the
+// session cookie ends at the next keepalive once the session is over.
+func TestDashboardStreamEndsWithSession(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		end     func(h *harness, b *browser)
+		wantEnd bool
+	}{
+		{"still signed in", func(*harness, *browser) {}, false},
+		{"signed out", func(h *harness, b *browser) {
+			b.do(t, "POST", "/dashboard/signout", map[string]string{"Origin": h.ts.URL})
+		}, true},
+		{"expired", func(h *harness, _ *browser) { h.clock.Advance(api.DashboardSessionTTL) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			b := h.signedIn(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", h.ts.URL+"/v1/models/default/events/stream", nil)
+			req.AddCookie(&http.Cookie{Name: api.DashboardCookie, Value: b.cookie})
+			resp, err := b.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("got status %d, want 200", resp.StatusCode)
+			}
+			lines := make(chan string)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					select {
+					case lines <- sc.Text():
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+			tc.end(h, b)
+			// Keepalives come as the fake clock moves; the deadline only
+			// guards against a hang.
+			deadline := time.After(10 * time.Second)
+			for {
+				h.clock.Advance(api.StreamKeepalive)
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						if !tc.wantEnd {
+							t.Fatal("stream ended while the session lives")
+						}
+						return
+					}
+					if l == ": keepalive" && !tc.wantEnd {
+						return
+					}
+				case <-deadline:
+					t.Fatalf("timed out; want the stream to end: %v", tc.wantEnd)
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
+	}
+}

@@ -156,6 +156,9 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) error
 		case <-s.closing:
 			return nil
 		case <-keep.C():
+			if s.sessionEnded(ctx) {
+				return nil
+			}
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
 				return nil
 			}

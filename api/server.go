@@ -199,7 +199,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // principal is who made a request.
 type principal struct {
 	admin     bool
-	dashboard bool // a browser signed in to the dashboard (read-only)
+	dashboard bool   // a browser signed in to the dashboard (read-only)
+	session   string // the dashboard's session cookie, to check it again later
 	agent     *agentSession
 }
 
@@ -225,8 +226,8 @@ func principalOf(ctx context.Context) principal {
 func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 	tok, ok := auth.BearerToken(r)
 	if !ok {
-		if cookie && s.dashboardSession(r) {
-			return principal{dashboard: true}, nil
+		if sess, ok := s.dashboardSession(r); cookie && ok {
+			return principal{dashboard: true, session: sess}, nil
 		}
 		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
 	}
