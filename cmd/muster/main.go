@@ -9,7 +9,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/musterhq/muster"
 
 	"github.com/spf13/cobra"
 )
@@ -43,12 +46,28 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "error: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "error: %s\n", oneLine(errorText(err)))
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
 		return 2
 	}
 	return 1
+}
+
+// errorText is the text of an error for users: refusals name their code
+// ("unauthorized: invalid token") so that scripts and people see why.
+func errorText(err error) string {
+	msg := err.Error()
+	var me *muster.Error
+	if errors.As(err, &me) {
+		switch me.Code {
+		case muster.EUnauthorized, muster.ENotProvisioned, muster.EForbidden:
+			if !strings.Contains(msg, me.Code) {
+				msg = me.Code + ": " + msg
+			}
+		}
+	}
+	return msg
 }
 
 func oneLine(s string) string {
@@ -70,12 +89,17 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	o := &globalOptions{}
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.config, "config", "", "client config file (default $MUSTER_CONFIG, else ~/.config/muster/client.yaml)")
+	pf.StringVarP(&o.model, "model", "m", "", "model to act on (default $MUSTER_MODEL, else the config's model, else default)")
 	root.AddCommand(
 		newVersionCmd(),
 		newControllerCmd(),
-		newSimCmd(),
+		newSimCmd(o),
 		newAgentCmd(),
 		newAgentBinariesCmd(),
 	)
+	addClientCmds(root, o)
 	return root
 }

@@ -4,7 +4,7 @@ import "github.com/spf13/cobra"
 
 // newSimCmd is the parent of the commands that run and script the
 // simulated cloud; each subcommand lives in a sim_*.go file.
-func newSimCmd() *cobra.Command {
+func newSimCmd(o *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run and script the simulated cloud",
@@ -12,6 +12,11 @@ func newSimCmd() *cobra.Command {
 	}
 	cmd.AddCommand(
 		newSimServeCmd(),
+		newSimZonesCmd(o),
+		newSimSetZoneCmd(o),
+		newSimFaultsCmd(o),
+		newSimInstancesCmd(o),
+		newSimAddInstanceCmd(o),
 	)
 	return cmd
 }

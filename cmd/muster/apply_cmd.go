@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/musterhq/muster/api"
+	"github.com/spf13/cobra"
+)
+
+// maxFleetFile bounds the size of a fleet file.
+const maxFleetFile = 1 << 20
+
+// applyRequest converts a fleet file into the API's request.
+func (f *fleetFile) applyRequest(dryRun bool) api.ApplyRequest {
+	req := api.ApplyRequest{DryRun: dryRun}
+	for _, g := range f.Groups {
+		req.Groups = append(req.Groups, api.FleetGroup{
+			Name: g.Name, Count: g.Count, Constraints: g.Constraints, Base: g.Base,
+			Storage: append([]string(nil), g.Storage...),
+		})
+	}
+	return req
+}
+
+// readFleetFile reads and checks a fleet file ("-" is stdin).
+func readFleetFile(path string, stdin io.Reader) (*fleetFile, error) {
+	var r io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("read fleet file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxFleetFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read fleet file: %w", err)
+	}
+	if len(data) > maxFleetFile {
+		return nil, fmt.Errorf("fleet file %s is larger than %d bytes", path, maxFleetFile)
+	}
+	return parseFleet(data)
+}
+
+// writePlan prints what an apply does or would do, one line per group.
+func writePlan(w io.Writer, res api.ApplyResult) {
+	tw := newTabWriter(w)
+	fmt.Fprintln(tw, "Group\tHave\tWant\tAdd\tRemove")
+	for _, g := range res.Groups {
+		rm := "-"
+		if len(g.Remove) > 0 {
+			rm = strings.Join(g.Remove, ",")
+		}
+		add := fmt.Sprint(g.Add)
+		if len(g.Added) > 0 {
+			add += " (" + strings.Join(g.Added, ",") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", g.Name, g.Have, g.Want, add, rm)
+	}
+	tw.Flush()
+	if res.DryRun {
+		fmt.Fprintln(w, "dry run: nothing changed")
+	}
+}
+
+// applyGoals are the waits of an applied plan: added machines provisioned,
+// removed ones gone.
+func applyGoals(res api.ApplyResult) map[string]waitGoal {
+	goals := map[string]waitGoal{}
+	for _, g := range res.Groups {
+		for _, id := range g.Added {
+			goals[id] = provisioned
+		}
+		for _, id := range g.Remove {
+			goals[id] = removed
+		}
+	}
+	return goals
+}
+
+// applyFleet applies f and, with wait, waits for it showing progress on
+// progressW.
+func applyFleet(ctx context.Context, c *api.Client, model string, f *fleetFile, dryRun, wait bool, out, progressW io.Writer) error {
+	res, err := c.Apply(ctx, model, f.applyRequest(dryRun))
+	if err != nil {
+		return err
+	}
+	writePlan(out, res)
+	if dryRun || !wait {
+		return nil
+	}
+	failures, err := waitFor(ctx, c, model, applyGoals(res), progressW, "applying")
+	if err != nil {
+		return err
+	}
+	return failureError(failures)
+}
+
+func newApplyCmd(o *globalOptions) *cobra.Command {
+	var (
+		file   string
+		dryRun bool
+		wait   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Converge the model to a fleet file: add missing machines, remove surplus ones",
+		Long: `Converge the model to a YAML fleet file (- for stdin):
+
+  groups:
+    - name: web
+      count: 6
+      constraints: cores=2 mem=4G
+      base: ubuntu@24.04
+      storage: [data=10G]
+
+Missing machines of a group are added and surplus ones removed (highest
+ids first); groups not in the file are left alone. --dry-run prints the
+plan and changes nothing; --wait waits until the fleet is provisioned.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageErrorf("no fleet file: give -f FILE")
+			}
+			f, err := readFleetFile(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, model, err := o.connect(ctx)
+			if err != nil {
+				return err
+			}
+			return applyFleet(ctx, c, model, f, dryRun, wait, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "fleet file (- for stdin)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the fleet is provisioned")
+	return cmd
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster/sim"
+)
+
+// envInt reads a positive number from the environment, else def.
+func envInt(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("bad %s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+// buildMuster builds the muster binary into a temp dir.
+func buildMuster(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "muster")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("go build: %v", err)
+	}
+	return bin
+}
+
+// proc is a muster process started by a test.
+type proc struct {
+	tb   testing.TB
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startProc starts bin with args, its stderr appended to logPath, and
+// waits for a stdout line starting with prefix; it returns the rest of
+// that line.
+func startProc(tb testing.TB, env []string, logPath, prefix, bin string, args ...string) (*proc, string) {
+	tb.Helper()
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", strings.Join(args, " "), err)
+	}
+	p := &proc{tb: tb, cmd: cmd, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		found := false
+		for sc.Scan() {
+			if l := sc.Text(); !found && strings.HasPrefix(l, prefix) {
+				found = true
+				lines <- strings.TrimPrefix(l, prefix)
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	select {
+	case l := <-lines:
+		return p, strings.TrimSpace(l)
+	case <-p.done:
+		tb.Fatalf("%s ended before printing %q; see %s", strings.Join(args, " "), prefix, logPath)
+	case <-time.After(convergeDeadline):
+		p.kill()
+		tb.Fatalf("%s did not print %q within %s", strings.Join(args, " "), prefix, convergeDeadline)
+	}
+	return nil, ""
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (p *proc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop ends the process with SIGINT and waits for it (SIGKILL after 10s).
+func (p *proc) stop() {
+	p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.tb.Errorf("process %v did not stop on SIGINT within 10s", p.cmd.Args)
+		p.kill()
+	}
+}
+
+// TestCrashKilledControllerC4 kills a real controller with SIGKILL at
+// random moments while machines provision against a separate sim server,
+// restarts it each time, and checks C4 at convergence: every alive machine
+// has exactly one instance, no instance lacks a machine.
+//
+// Size: MUSTER_CRASH_MACHINES (default 100) and MUSTER_CRASH_KILLS (default
+// 3); SPEC §7's full run is MUSTER_CRASH_MACHINES=500 MUSTER_CRASH_KILLS=20.
+func TestCrashKilledControllerC4(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs real processes; skipped with -short")
+	}
+	machines := envInt(t, "MUSTER_CRASH_MACHINES", 100)
+	kills := envInt(t, "MUSTER_CRASH_KILLS", 3)
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("MUSTER_CRASH_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("machines %d, kills %d, seed %d (MUSTER_CRASH_SEED)", machines, kills, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	bin := buildMuster(t)
+	tmp := t.TempDir()
+	home := filepath.Join(tmp, "home")
+	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "MUSTER_CONFIG=", "MUSTER_MODEL=")
+	dataDir := filepath.Join(tmp, "data")
+	logPath := filepath.Join(tmp, "controller.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				ls := strings.Split(string(b), "\n")
+				t.Logf("controller log (tail):\n%s", strings.Join(ls[max(0, len(ls)-60):], "\n"))
+			}
+		}
+	})
+
+	simProc, simURL := startProc(t, env, filepath.Join(tmp, "sim.log"), "sim listening on ", bin,
+		"sim", "serve", "--listen", "127.0.0.1:0", "--state", filepath.Join(tmp, "sim-state.json"))
+	defer simProc.stop()
+
+	startCtrl := func() *proc {
+		p, _ := startProc(t, env, logPath, "controller listening on ", bin,
+			"controller", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
+		return p
+	}
+	ctrl := startCtrl()
+	defer func() { ctrl.stop() }()
+
+	config := filepath.Join(dataDir, "client.yaml")
+	cli := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runCLI(t, append([]string{"--config", config}, args...)...)
+		if code != 0 {
+			t.Fatalf("muster %s: exit %d, %s", strings.Join(args, " "), code, errOut)
+		}
+		return out
+	}
+	// Slow enough that the kills land while machines provision: every
+	// call takes 100ms, one machine per start call, four workers.
+	cli("sim", "faults", "--endpoint", simURL, "--latency", "100ms")
+	cli("add-model", "crash", "--provider", "sim", "--config", "endpoint="+simURL,
+		"--config", "batch-starts=false", "--config", "num-provision-workers=4")
+	// Three groups of different shapes.
+	per := machines / 3
+	counts := []int{per, per, machines - 2*per}
+	for i, cons := range []string{"cores=1", "cores=2", "mem=8G"} {
+		if counts[i] > 0 {
+			cli("-m", "crash", "add-machine", "-n", strconv.Itoa(counts[i]), "--group", fmt.Sprintf("g%d", i), "--constraints", cons)
+		}
+	}
+
+	for k := 0; k < kills; k++ {
+		time.Sleep(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
+		if code, out, _ := runCLI(t, "--config", config, "-m", "crash", "status", "--format", "json"); code == 0 {
+			var st statusJSON
+			json.Unmarshal([]byte(out), &st)
+			running := 0
+			for _, m := range st.Machines {
+				if m.InstanceStatus == "running" {
+					running++
+				}
+			}
+			t.Logf("kill %d with %d of %d machines running", k+1, running, machines)
+		}
+		ctrl.kill()
+		ctrl = startCtrl()
+	}
+
+	// Convergence: every machine's instance running.
+	var st statusJSON
+	deadline := time.Now().Add(convergeDeadline + time.Duration(machines)*100*time.Millisecond)
+	for {
+		code, out, _ := runCLI(t, "--config", config, "-m", "crash", "status", "--format", "json")
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && len(st.Machines) == machines {
+			running := 0
+			for _, m := range st.Machines {
+				if m.InstanceStatus == "running" {
+					running++
+				}
+			}
+			if running == machines {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d machines running at the deadline", running, machines)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no status at the deadline")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// C4 through the sim's own listing.
+	modelUUID := ""
+	for _, l := range strings.Split(cli("models"), "\n") {
+		if f := strings.Fields(l); len(f) == 4 && strings.TrimSuffix(f[0], "*") == "crash" {
+			modelUUID = f[3]
+		}
+	}
+	if modelUUID == "" {
+		t.Fatal("model crash not listed")
+	}
+	var insts []simInstanceJSON
+	if err := json.Unmarshal([]byte(cli("sim", "instances", "--endpoint", simURL, "--format", "json")), &insts); err != nil {
+		t.Fatal(err)
+	}
+	byMachine := map[string][]string{}
+	for _, i := range insts {
+		if i.Model != modelUUID {
+			continue
+		}
+		if i.Machine == "" {
+			t.Errorf("instance %s of the model has no machine", i.ID)
+			continue
+		}
+		byMachine[i.Machine] = append(byMachine[i.Machine], i.ID)
+	}
+	for id, m := range st.Machines {
+		got := byMachine[id]
+		if len(got) != 1 || got[0] != m.InstanceID {
+			t.Errorf("machine %s: got instances %v in the sim, want exactly its recorded %s", id, got, m.InstanceID)
+		}
+	}
+	for id, is := range byMachine {
+		if _, ok := st.Machines[id]; !ok {
+			t.Errorf("instances %v tagged with machine %s, which does not exist", is, id)
+		}
+	}
+	stats, err := sim.NewClient(simURL, nil).Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("converged: %d machines, %d instances; sim started %d, stopped %d, start calls %d",
+		len(st.Machines), len(insts), stats.InstancesStarted, stats.InstancesStopped, stats.Calls[sim.CallStart])
+}

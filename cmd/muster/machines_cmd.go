@@ -1,0 +1,185 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+	"github.com/spf13/cobra"
+)
+
+func newAddMachineCmd(o *globalOptions) *cobra.Command {
+	var (
+		req  api.AddMachinesRequest
+		to   string
+		wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "add-machine",
+		Short: "Declare machines; prints their ids, one per line",
+		Long: `Declare machines; prints their ids, one per line.
+
+With --wait it waits until every new machine's instance is running or in
+provisioning error, showing progress on stderr, and fails if any ended in
+error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if req.Count < 1 || req.Count > api.MaxAddMachines {
+				return usageErrorf("bad -n %d: want 1..%d", req.Count, api.MaxAddMachines)
+			}
+			if to != "" {
+				if !strings.HasPrefix(to, "zone=") || strings.TrimPrefix(to, "zone=") == "" {
+					return usageErrorf("bad --to %q: want zone=NAME", to)
+				}
+				req.Placement = to
+			}
+			// Checked here too so that bad input is refused before any
+			// request; the controller checks again.
+			if _, err := muster.ParseConstraints(req.Constraints); err != nil {
+				return err
+			}
+			for _, s := range req.Storage {
+				if _, err := muster.ParseStorage(s); err != nil {
+					return err
+				}
+			}
+			ctx := cmd.Context()
+			c, model, err := o.connect(ctx)
+			if err != nil {
+				return err
+			}
+			ids, err := c.AddMachines(ctx, model, req)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			if !wait {
+				return nil
+			}
+			goals := map[string]waitGoal{}
+			for _, id := range ids {
+				goals[id] = provisioned
+			}
+			failures, err := waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "provisioning")
+			if err != nil {
+				return err
+			}
+			return failureError(failures)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&req.Count, "num", "n", 1, "number of machines")
+	f.StringVar(&req.Constraints, "constraints", "", `constraints, e.g. "cores=2 mem=4G zones=a,b"`)
+	f.StringVar(&req.Group, "group", "", "spread group")
+	f.StringVar(&req.Base, "base", "", "base, e.g. ubuntu@24.04 (default ubuntu@24.04)")
+	f.StringVar(&to, "to", "", "placement, zone=NAME")
+	f.StringArrayVar(&req.Storage, "storage", nil, "storage name=size[,pool=P] (repeatable)")
+	f.BoolVar(&wait, "wait", false, "wait until the machines are provisioned")
+	return cmd
+}
+
+func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
+	var (
+		req  api.RemoveMachinesRequest
+		wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "remove-machine ID...",
+		Short: "Mark machines dying; --force makes them dead at once",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkMachineIDs(args); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, model, err := o.connect(ctx)
+			if err != nil {
+				return err
+			}
+			req.IDs = args
+			if err := c.RemoveMachines(ctx, model, req); err != nil {
+				return err
+			}
+			if !wait {
+				return nil
+			}
+			goals := map[string]waitGoal{}
+			for _, id := range args {
+				goals[id] = removed
+			}
+			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing")
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&req.KeepInstance, "keep-instance", false, "leave the machines' instances running")
+	f.BoolVar(&req.Force, "force", false, "make the machines dead at once")
+	f.BoolVar(&wait, "wait", false, "wait until the machines are removed")
+	return cmd
+}
+
+func newRetryProvisioningCmd(o *globalOptions) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "retry-provisioning ID... | --all",
+		Short: "Try machines in provisioning error again",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return usageErrorf("give machine ids or --all, not both and not neither")
+			}
+			if err := checkMachineIDs(args); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, model, err := o.connect(ctx)
+			if err != nil {
+				return err
+			}
+			ids, err := c.RetryProvisioning(ctx, model, api.RetryProvisioningRequest{IDs: args, All: all})
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "every machine in provisioning error")
+	return cmd
+}
+
+func newShowMachineCmd(o *globalOptions) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "show-machine ID",
+		Short: "Show one machine in full, with its recent events",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(format, "yaml", "json"); err != nil {
+				return err
+			}
+			if err := checkMachineIDs(args); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, model, err := o.connect(ctx)
+			if err != nil {
+				return err
+			}
+			d, err := c.Machine(ctx, model, args[0])
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return printJSON(cmd.OutOrStdout(), d)
+			}
+			return printYAML(cmd.OutOrStdout(), d)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "yaml", "output format: yaml or json")
+	return cmd
+}

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/sim"
+	"github.com/spf13/cobra"
+)
+
+// simTarget is the sim a `muster sim …` command acts on: the model's
+// embedded sim through the controller, or a `muster sim serve` at
+// --endpoint.
+type simTarget struct {
+	o        *globalOptions
+	endpoint string
+}
+
+func (t *simTarget) addFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&t.endpoint, "endpoint", "", "act on the sim served at this URL (muster sim serve) instead of the model's embedded sim")
+}
+
+// client returns the sim's admin client.
+func (t *simTarget) client(ctx context.Context) (*sim.Client, error) {
+	if t.endpoint != "" {
+		if !strings.HasPrefix(t.endpoint, "http://") && !strings.HasPrefix(t.endpoint, "https://") {
+			return nil, usageErrorf("bad --endpoint %q: want http://HOST:PORT", t.endpoint)
+		}
+		return sim.NewClient(t.endpoint, nil), nil
+	}
+	c, model, err := t.o.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sim.NewClient(c.SimURL(model), c.HTTPClient()), nil
+}
+
+func newSimZonesCmd(o *globalOptions) *cobra.Command {
+	t := &simTarget{o: o}
+	cmd := &cobra.Command{
+		Use:   "zones",
+		Short: "List the sim's zones with capacity and use",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			sc, err := t.client(ctx)
+			if err != nil {
+				return err
+			}
+			zs, err := sc.Zones(ctx)
+			if err != nil {
+				return err
+			}
+			return writeSimZones(cmd.OutOrStdout(), zs)
+		},
+	}
+	t.addFlag(cmd)
+	return cmd
+}
+
+func writeSimZones(w io.Writer, zs []sim.ZoneState) error {
+	var rows [][]string
+	for _, z := range zs {
+		rows = append(rows, []string{z.Name, yesNo(z.Available), capacityText(z.Capacity), strconv.Itoa(z.Used),
+			strconv.Itoa(z.Instances), strconv.Itoa(z.FailNext), strconv.FormatFloat(z.ErrorRate, 'g', -1, 64)})
+	}
+	return printTable(w, []string{"Zone", "Available", "Capacity", "Used", "Instances", "Fail-next", "Error-rate"}, rows)
+}
+
+func capacityText(c int) string {
+	if c == sim.Unlimited {
+		return "unlimited"
+	}
+	return strconv.Itoa(c)
+}
+
+func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
+	t := &simTarget{o: o}
+	var (
+		available bool
+		capacity  string
+	)
+	cmd := &cobra.Command{
+		Use:   "set-zone NAME [--available=BOOL] [--capacity CORES]",
+		Short: "Change a sim zone (or add it)",
+		Long: `Change a sim zone's availability or capacity in cores (a number, or
+"unlimited"); a zone that does not exist is added.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := muster.CheckName(args[0]); err != nil {
+				return usageErrorf("bad zone name %q: %v", args[0], muster.ErrorMessage(err))
+			}
+			var u sim.ZoneUpdate
+			if cmd.Flags().Changed("available") {
+				u.Available = &available
+			}
+			if cmd.Flags().Changed("capacity") {
+				n := sim.Unlimited
+				if capacity != "unlimited" {
+					var err error
+					n, err = strconv.Atoi(capacity)
+					if err != nil || n < 0 {
+						return usageErrorf("bad --capacity %q: want a number of cores or unlimited", capacity)
+					}
+				}
+				u.Capacity = &n
+			}
+			ctx := cmd.Context()
+			sc, err := t.client(ctx)
+			if err != nil {
+				return err
+			}
+			z, err := sc.SetZone(ctx, args[0], u)
+			if err != nil {
+				return err
+			}
+			return writeSimZones(cmd.OutOrStdout(), []sim.ZoneState{z})
+		},
+	}
+	cmd.Flags().BoolVar(&available, "available", true, "whether the zone is available")
+	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity in cores, or unlimited")
+	t.addFlag(cmd)
+	return cmd
+}
+
+// parseRate parses BURST/PER_S, e.g. 10/50.
+func parseRate(s string) (sim.Bucket, error) {
+	b, p, ok := strings.Cut(s, "/")
+	burst, err1 := strconv.Atoi(b)
+	per, err2 := strconv.ParseFloat(p, 64)
+	if !ok || err1 != nil || err2 != nil || burst < 0 || per < 0 || (burst > 0 && per == 0) {
+		return sim.Bucket{}, usageErrorf("bad --rate-limit %q: want BURST/PER_SECOND, e.g. 10/50 (0/0 for none)", s)
+	}
+	return sim.Bucket{Burst: burst, PerSecond: per}, nil
+}
+
+func newSimFaultsCmd(o *globalOptions) *cobra.Command {
+	t := &simTarget{o: o}
+	var (
+		errRate  float64
+		failNext int
+		zone     string
+		latency  time.Duration
+		rate     string
+		clear    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "faults",
+		Short: "Show or script the sim's faults",
+		Long: `Show the sim's faults, or change them:
+
+  --clear                 remove every fault (applied first)
+  --start-error-rate F    probability 0..1 that a start fails (in --zone Z only, if given)
+  --fail-next N --zone Z  the next N starts in zone Z fail with a capacity error
+  --latency D             every call takes D (e.g. 50ms; 0 for none)
+  --rate-limit B/P        a request bucket of burst B refilled at P per second
+                          for every call kind (0/0 for none)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl := cmd.Flags()
+			if fl.Changed("start-error-rate") && (errRate < 0 || errRate > 1) {
+				return usageErrorf("bad --start-error-rate %g: want 0..1", errRate)
+			}
+			if fl.Changed("fail-next") {
+				if failNext < 0 {
+					return usageErrorf("bad --fail-next %d: want 0 or more", failNext)
+				}
+				if zone == "" {
+					return usageErrorf("--fail-next needs --zone")
+				}
+			}
+			if zone != "" && !fl.Changed("fail-next") && !fl.Changed("start-error-rate") {
+				return usageErrorf("--zone goes with --fail-next or --start-error-rate")
+			}
+			if latency < 0 {
+				return usageErrorf("bad --latency %s: negative", latency)
+			}
+			var bucket sim.Bucket
+			if fl.Changed("rate-limit") {
+				var err error
+				if bucket, err = parseRate(rate); err != nil {
+					return err
+				}
+			}
+			change := clear || fl.Changed("start-error-rate") || fl.Changed("latency") || fl.Changed("rate-limit")
+			ctx := cmd.Context()
+			sc, err := t.client(ctx)
+			if err != nil {
+				return err
+			}
+			if zone != "" {
+				// Refuse an unknown zone before changing anything.
+				zs, err := sc.Zones(ctx)
+				if err != nil {
+					return err
+				}
+				found := false
+				for _, z := range zs {
+					found = found || z.Name == zone
+				}
+				if !found {
+					return muster.Errorf(muster.ENotFound, "sim has no zone %q", zone)
+				}
+			}
+			if change {
+				f, err := sc.Faults(ctx)
+				if err != nil {
+					return err
+				}
+				if clear {
+					f = sim.Faults{}
+				}
+				if fl.Changed("start-error-rate") {
+					if zone != "" {
+						f.ZoneErrorRate = setMap(f.ZoneErrorRate, zone, errRate)
+					} else {
+						f.ErrorRate = setMap(f.ErrorRate, sim.CallStart, errRate)
+					}
+				}
+				if fl.Changed("latency") {
+					for _, k := range sim.CallKinds {
+						f.Latency = setMap(f.Latency, k, sim.Latency{Fixed: latency})
+					}
+				}
+				if fl.Changed("rate-limit") {
+					for _, k := range sim.CallKinds {
+						f.RateLimits = setMap(f.RateLimits, k, bucket)
+					}
+				}
+				if err := sc.SetFaults(ctx, f); err != nil {
+					return err
+				}
+			}
+			if fl.Changed("fail-next") {
+				if err := sc.FailNext(ctx, zone, failNext); err != nil {
+					return err
+				}
+			}
+			f, err := sc.Faults(ctx)
+			if err != nil {
+				return err
+			}
+			writeFaults(cmd.OutOrStdout(), f)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.Float64Var(&errRate, "start-error-rate", 0, "probability 0..1 that a start fails")
+	fl.IntVar(&failNext, "fail-next", 0, "the next N starts in --zone fail with a capacity error")
+	fl.StringVar(&zone, "zone", "", "zone for --fail-next and --start-error-rate")
+	fl.DurationVar(&latency, "latency", 0, "latency of every call")
+	fl.StringVar(&rate, "rate-limit", "", "request bucket BURST/PER_SECOND for every call kind")
+	fl.BoolVar(&clear, "clear", false, "remove every fault first")
+	t.addFlag(cmd)
+	return cmd
+}
+
+func setMap[V any](m map[string]V, k string, v V) map[string]V {
+	if m == nil {
+		m = map[string]V{}
+	}
+	m[k] = v
+	return m
+}
+
+// writeFaults prints the faults, one kind per line.
+func writeFaults(w io.Writer, f sim.Faults) {
+	list := func(m map[string]string) string {
+		if len(m) == 0 {
+			return "none"
+		}
+		var parts []string
+		for _, k := range sortedKeys(m) {
+			parts = append(parts, k+"="+m[k])
+		}
+		return strings.Join(parts, " ")
+	}
+	er, zer, fn, lat, rl := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
+	for k, v := range f.ErrorRate {
+		if v != 0 {
+			er[k] = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+	}
+	for k, v := range f.ZoneErrorRate {
+		if v != 0 {
+			zer[k] = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+	}
+	for k, v := range f.FailNext {
+		if v != 0 {
+			fn[k] = strconv.Itoa(v)
+		}
+	}
+	for k, v := range f.Latency {
+		if v.Fixed != 0 || v.Jitter != 0 {
+			s := v.Fixed.String()
+			if v.Jitter != 0 {
+				s += "+" + v.Jitter.String()
+			}
+			lat[k] = s
+		}
+	}
+	for k, v := range f.RateLimits {
+		if v.Burst != 0 {
+			rl[k] = fmt.Sprintf("%d/%g", v.Burst, v.PerSecond)
+		}
+	}
+	ir := "none"
+	if f.InstanceRate.Burst != 0 {
+		ir = fmt.Sprintf("%d/%g", f.InstanceRate.Burst, f.InstanceRate.PerSecond)
+	}
+	tw := newTabWriter(w)
+	fmt.Fprintf(tw, "error-rate:\t%s\n", list(er))
+	fmt.Fprintf(tw, "zone-error-rate:\t%s\n", list(zer))
+	fmt.Fprintf(tw, "fail-next:\t%s\n", list(fn))
+	fmt.Fprintf(tw, "latency:\t%s\n", list(lat))
+	fmt.Fprintf(tw, "rate-limit:\t%s\n", list(rl))
+	fmt.Fprintf(tw, "instance-rate:\t%s\n", ir)
+	fmt.Fprintf(tw, "listing-lag:\t%s\n", f.ListingLag)
+	tw.Flush()
+}
+
+// simInstanceJSON is one entry of `muster sim instances --format json`,
+// exactly as SPEC §5.2 has it.
+type simInstanceJSON struct {
+	ID          string `json:"id"`
+	Zone        string `json:"zone"`
+	State       string `json:"state"`
+	Model       string `json:"model"`
+	Controller  string `json:"controller"`
+	Machine     string `json:"machine"`
+	LaunchToken string `json:"launch-token"`
+	Created     string `json:"created"`
+}
+
+func toSimInstanceJSON(i sim.Instance) simInstanceJSON {
+	return simInstanceJSON{
+		ID: i.ID, Zone: i.Zone, State: i.State, Model: i.Model(), Controller: i.Controller(),
+		Machine: i.Tags[muster.TagMachine], LaunchToken: i.Tags[muster.TagLaunchToken],
+		Created: i.Created.UTC().Format(time.RFC3339Nano),
+	}
+}
+
+func newSimInstancesCmd(o *globalOptions) *cobra.Command {
+	t := &simTarget{o: o}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "instances",
+		Short: "List every instance of the sim",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFormat(format, "table", "json"); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			sc, err := t.client(ctx)
+			if err != nil {
+				return err
+			}
+			is, err := sc.Instances(ctx)
+			if err != nil {
+				return err
+			}
+			out := make([]simInstanceJSON, 0, len(is))
+			for _, i := range is {
+				out = append(out, toSimInstanceJSON(i))
+			}
+			if format == "json" {
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			var rows [][]string
+			for _, i := range out {
+				rows = append(rows, []string{i.ID, i.Zone, i.State, dash(i.Machine), shortUUID(i.Model), shortUUID(i.Controller), i.Created})
+			}
+			return printTable(cmd.OutOrStdout(), []string{"Instance", "Zone", "State", "Machine", "Model", "Controller", "Created"}, rows)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	t.addFlag(cmd)
+	return cmd
+}
+
+// shortUUID abbreviates a uuid for tables.
+func shortUUID(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return dash(s)
+}
+
+func newSimAddInstanceCmd(o *globalOptions) *cobra.Command {
+	t := &simTarget{o: o}
+	var (
+		zone    string
+		foreign bool
+	)
+	cmd := &cobra.Command{
+		Use:   "add-instance [--zone Z] [--foreign]",
+		Short: "Add an instance that no machine launched; prints its id",
+		Long: `Add an instance that no machine launched and print its id: tagged for this
+controller and model (an "unknown" instance, see harvest-mode), or with
+--foreign for another controller and model (never touched by muster).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if zone != "" {
+				if err := muster.CheckName(zone); err != nil {
+					return usageErrorf("bad --zone %q: %v", zone, muster.ErrorMessage(err))
+				}
+			}
+			ctx := cmd.Context()
+			sc, err := t.client(ctx)
+			if err != nil {
+				return err
+			}
+			controllerUUID, modelUUID := muster.NewUUID(), muster.NewUUID()
+			if !foreign {
+				c, model, err := o.connect(ctx)
+				if err != nil {
+					return err
+				}
+				if controllerUUID, modelUUID, err = ownerTags(ctx, c, model, sc); err != nil {
+					return err
+				}
+			}
+			if zone == "" {
+				if zone, err = firstAvailableZone(ctx, sc); err != nil {
+					return err
+				}
+			}
+			inst, err := sc.AddInstance(ctx, zone, controllerUUID, modelUUID)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), inst.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&zone, "zone", "", "zone of the instance (default: the first available zone)")
+	cmd.Flags().BoolVar(&foreign, "foreign", false, "tag it for another controller and model")
+	t.addFlag(cmd)
+	return cmd
+}
+
+// ownerTags returns the controller and model uuids that the model's
+// instances are tagged with. The API gives the model's uuid; the
+// controller's is read from an instance the model already has.
+func ownerTags(ctx context.Context, c *api.Client, model string, sc *sim.Client) (controllerUUID, modelUUID string, err error) {
+	m, err := c.Model(ctx, model)
+	if err != nil {
+		return "", "", err
+	}
+	is, err := sc.Instances(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	for _, i := range is {
+		if i.Model() == m.UUID && i.Controller() != "" {
+			return i.Controller(), m.UUID, nil
+		}
+	}
+	return "", "", muster.Errorf(muster.EUnavailable, "cannot tell the controller's uuid yet: model %s has no instance to read it from; add a machine first", m.Name)
+}
+
+func firstAvailableZone(ctx context.Context, sc *sim.Client) (string, error) {
+	zs, err := sc.Zones(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, z := range zs {
+		if z.Available {
+			return z.Name, nil
+		}
+	}
+	return "", muster.Errorf(muster.EUnavailable, "the sim has no available zone")
+}
