@@ -40,6 +40,8 @@ type Provisioner struct {
 	fatal   chan error // a worker panicked
 	ran     atomic.Bool
 
+	w *writer // batches records and events (E4)
+
 	// Owned by the loop.
 	pool         *pool
 	harvest      muster.HarvestMode
@@ -167,6 +169,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 	s := p.settings.Load()
+	p.w = newWriter(ctx, p.cfg.Store, p.modelUUID)
 	p.pool = newPool(ctx, s.NumProvisionWorkers, p.obs.Queue)
 	p.pool.onPanic = func(v any) {
 		select {
@@ -177,6 +180,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		p.pool.close()
+		p.w.wait()
 		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer} {
 			if t != nil {
 				t.Stop()
@@ -449,17 +453,23 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 			continue
 		}
 		keep := m.InstanceID()
-		if keep == "" && m.Life == muster.LifeAlive {
-			k := chooseAdoptee(tagged, m.LaunchToken)
-			keep = k.ID
-			adopt = append(adopt, muster.InstanceRecord{MachineID: m.ID, Nonce: m.Nonce, Info: muster.InstanceInfo{
-				InstanceID: k.ID, Zone: k.Zone, Hardware: muster.Hardware{AvailabilityZone: k.Zone},
-			}})
-			adoptIdx = append(adoptIdx, i)
+		if keep == "" && m.Life == muster.LifeAlive && m.LaunchToken != "" {
+			// Only the instance of the machine's current launch token has
+			// the credentials stored for it (C1, C2).
+			for _, k := range tagged {
+				if k.LaunchToken != m.LaunchToken {
+					continue
+				}
+				keep = k.ID
+				adopt = append(adopt, muster.InstanceRecord{MachineID: m.ID, Nonce: m.Nonce, Info: muster.InstanceInfo{
+					InstanceID: k.ID, Zone: k.Zone, Hardware: muster.Hardware{AvailabilityZone: k.Zone},
+				}})
+				adoptIdx = append(adoptIdx, i)
+				break
+			}
 		}
-		if keep == "" {
-			continue
-		}
+		// Every other instance of the machine is a duplicate (C3), or one
+		// launched by an earlier attempt whose credentials are gone.
 		for _, inst := range tagged {
 			if inst.ID != keep && !recorded[inst.ID] {
 				stops[inst.ID] = "duplicate"
@@ -516,23 +526,6 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 		p.log.Info("first pass done", "machines", len(ms), "instances", len(p.view))
 	}
 	return err
-}
-
-// chooseAdoptee picks the instance to keep among those tagged with one
-// machine (C3): the one with the machine's launch token, else the newest.
-func chooseAdoptee(tagged []muster.Instance, token string) muster.Instance {
-	sort.Slice(tagged, func(i, j int) bool {
-		if tagged[i].Created.Equal(tagged[j].Created) {
-			return tagged[i].ID > tagged[j].ID
-		}
-		return tagged[i].Created.After(tagged[j].Created)
-	})
-	for _, inst := range tagged {
-		if token != "" && inst.LaunchToken == token {
-			return inst
-		}
-	}
-	return tagged[0]
 }
 
 // gone reports whether a listed instance is on its way out.
@@ -917,7 +910,7 @@ func (p *Provisioner) appendEvents(ctx context.Context, evs ...muster.Event) {
 	if len(evs) == 0 || ctx.Err() != nil {
 		return
 	}
-	if err := p.cfg.Store.AppendEvents(ctx, evs); err != nil && ctx.Err() == nil {
+	if err := p.w.events(ctx, evs); err != nil && ctx.Err() == nil {
 		p.log.Warn("events not appended", "err", err)
 	}
 }

@@ -31,10 +31,6 @@ type startJob struct {
 	dead        chan struct{} // closed when deferred is set: ends a retry delay
 	ended       atomic.Bool   // the provisioning error is being written
 
-	// reuse: the token and nonce are those of an earlier start that may
-	// have launched an instance before a crash (C1).
-	reuse bool
-
 	// Owned by the worker running the job.
 	clearToken   bool // the failure clears the launch token
 	params       muster.StartParams
@@ -100,15 +96,12 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 				p.zones.setGroup(member, info.Group)
 			}
 		}
-		// A machine that already has a launch token and no instance may
-		// have been started by a run that crashed: starting again with the
-		// same token and nonce is idempotent at the cloud (C1).
-		j.token, j.nonce = m.LaunchToken, m.Nonce
-		j.reuse = j.token != "" && j.nonce != "" && m.PasswordHash != ""
-		if !j.reuse {
-			j.token = muster.NewSecret()
-			j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
-		}
+		// Every start gets a fresh launch token, nonce and password,
+		// recorded together before the provider is called (C1): an
+		// instance carrying a token therefore has the credentials stored
+		// with it, and only such an instance is ever adopted (C2).
+		j.token = muster.NewSecret()
+		j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
 		j.password = muster.NewSecret()
 		jobs = append(jobs, j)
 		u := muster.MachineUpdate{
@@ -325,13 +318,6 @@ func (p *Provisioner) attemptLoop(ctx context.Context, j *startJob) startResult 
 			return err
 		})
 		if err == nil {
-			stale, err := p.stale(ctx, j, res)
-			if err != nil {
-				return p.fail(ctx, j, err)
-			}
-			if stale {
-				continue
-			}
 			return p.finish(ctx, []*startJob{j}, []muster.StartResult{res})[0]
 		}
 		delay, r, done := p.onStartError(ctx, j, zone, err)
@@ -449,7 +435,7 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 	if len(recs) == 0 {
 		return out
 	}
-	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, recs)
+	errs, err := p.w.record(ctx, recs)
 	var evs []muster.Event
 	for k, i := range idx {
 		j, inst := jobs[i], insts[i]
@@ -477,41 +463,6 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 	}
 	p.appendEvents(ctx, evs...)
 	return out
-}
-
-// stale handles a start with a reused launch token that returned an
-// instance launched before this job was queued (by a run that crashed
-// before recording it, while listings did not show it yet): its agent has
-// the credentials of that run, which the stored hash no longer matches. It
-// is stopped, and the machine gets a fresh token and nonce, recorded
-// before the next start (C1), which follows at once without using up an
-// attempt.
-func (p *Provisioner) stale(ctx context.Context, j *startJob, res muster.StartResult) (bool, error) {
-	if !j.reuse || !res.Instance.Created.Before(j.queued) {
-		return false, nil
-	}
-	j.reuse = false
-	id := res.Instance.ID
-	p.log.Info("start returned an instance from before a restart; replacing it", "machine", j.id, "instance", id)
-	if err := p.call(ctx, "stop", func(ctx context.Context) error { return p.cfg.Provider.StopInstances(ctx, id) }); err != nil {
-		return false, fmt.Errorf("stop stale instance %s of machine %s: %w", id, j.id, err)
-	}
-	p.obs.Harvested("duplicate", 1)
-	j.token = muster.NewSecret()
-	j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
-	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
-		ID: j.id, LaunchToken: muster.Ptr(j.token), Nonce: muster.Ptr(j.nonce),
-	}}); err != nil {
-		return false, fmt.Errorf("record launch token of machine %s: %w", j.id, err)
-	}
-	params, err := p.buildParams(ctx, j)
-	if err != nil {
-		return false, err
-	}
-	params.Zone = j.params.Zone
-	j.params = params
-	p.appendEvents(ctx, p.newEvent(j.id, "harvest", "instance "+id+" from before a restart stopped; starting a new one"))
-	return true, nil
 }
 
 // report hands a start's result to the loop.
@@ -581,16 +532,8 @@ func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs
 		)
 		for i, j := range js {
 			if outs[i].Err == nil {
-				stale, err := p.stale(ctx, j, outs[i].Result)
-				switch {
-				case err != nil:
-					p.report(ctx, p.fail(ctx, j, err))
-				case stale:
-					p.pool.submit(func(ctx context.Context) { p.report(ctx, p.attemptLoop(ctx, j)) })
-				default:
-					okJobs = append(okJobs, j)
-					okRes = append(okRes, outs[i].Result)
-				}
+				okJobs = append(okJobs, j)
+				okRes = append(okRes, outs[i].Result)
 				continue
 			}
 			delay, r, done := p.onStartError(ctx, j, zone, outs[i].Err)
