@@ -799,3 +799,74 @@ func TestDemoFleetIsTheExample(t *testing.T) {
 		t.Errorf("got %d machines in the demo fleet, want 12", n)
 	}
 }
+
+// runAsync runs a command line until cancel is called and returns its
+// output buffers and a channel with its exit status.
+func runAsync(args ...string) (cancel context.CancelFunc, out, errOut *syncBuffer, done <-chan int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	out, errOut = &syncBuffer{}, &syncBuffer{}
+	ch := make(chan int, 1)
+	go func() { ch <- run(ctx, args, strings.NewReader(""), out, errOut) }()
+	return cancel, out, errOut, ch
+}
+
+// waitExit waits for a command started by runAsync to end.
+func waitExit(tb testing.TB, done <-chan int) int {
+	tb.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(10 * time.Second):
+		tb.Fatal("command did not end within 10s of being cancelled")
+	}
+	return -1
+}
+
+func TestE2EWatchAndFollow(t *testing.T) {
+	tc := startController(t, "")
+	stopWatch, watchOut, watchErr, watchDone := runAsync("--config", tc.config, "status", "--watch")
+	defer stopWatch()
+	stopFollow, followOut, followErr, followDone := runAsync("--config", tc.config, "events", "--follow")
+	defer stopFollow()
+	eventually(t, "first status drawn", func() bool { return strings.Contains(watchOut.String(), "default") })
+	tc.ok("add-machine", "--wait")
+	inst := tc.status().Machines["0"].InstanceID
+	eventually(t, "status redrawn with the new machine", func() bool { return strings.Contains(watchOut.String(), inst) })
+	eventually(t, "followed events of machine 0", func() bool { return strings.Contains(followOut.String(), "machine-0") })
+	stopWatch()
+	stopFollow()
+	if code := waitExit(t, watchDone); code != 0 {
+		t.Errorf("status --watch: exit %d after Ctrl-C, want 0; stderr %q", code, watchErr.String())
+	}
+	if code := waitExit(t, followDone); code != 0 {
+		t.Errorf("events --follow: exit %d after Ctrl-C, want 0; stderr %q", code, followErr.String())
+	}
+}
+
+func TestE2ESeveralControllerURLs(t *testing.T) {
+	tc := startController(t, "")
+	cc, err := loadClientConfig(tc.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A controller that is gone: a port nobody listens on any more.
+	dead := startController(t, "")
+	deadURL := dead.ctrl.url
+	dead.stop()
+	cc.Controllers = append([]string{deadURL}, cc.Controllers...)
+	path := filepath.Join(t.TempDir(), "client.yaml")
+	if err := cc.save(path); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "--config", path, "add-machine")
+	if code != 0 || strings.TrimSpace(out) != "0" {
+		t.Fatalf("add-machine with a dead controller listed first: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	// With only dead controllers the error says so.
+	cc.Controllers = []string{deadURL, deadURL}
+	cc.save(path)
+	code, _, errOut = runCLI(t, "--config", path, "status")
+	if code != 1 || !strings.Contains(errOut, "unreachable") {
+		t.Errorf("status with only dead controllers: exit %d stderr %q, want exit 1 unreachable", code, errOut)
+	}
+}
