@@ -92,8 +92,8 @@ func rebindDollar(q string) string {
 	return b.String()
 }
 
-// openPostgres opens a PostgreSQL store: a pool for writes, one for reads
-// and a connection that LISTENs for the changes of every process.
+// openPostgres opens a PostgreSQL store: a pool of connections and one
+// more that LISTENs for the changes of every process.
 func openPostgres(ctx context.Context, url string, o options) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -102,19 +102,18 @@ func openPostgres(ctx context.Context, url string, o options) (*Store, error) {
 	where := fmt.Sprintf("postgres://%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
 	s := newStore(postgresDialect(), o)
 	s.wdb = stdlib.OpenDB(*cfg)
-	s.wdb.SetMaxOpenConns(8)
+	s.wdb.SetMaxOpenConns(16)
 	s.wdb.SetMaxIdleConns(4)
 	if err := s.migrate(ctx); err != nil {
 		s.wdb.Close()
 		return nil, fmt.Errorf("open %s: %w", where, err)
 	}
-	s.rdb = stdlib.OpenDB(*cfg)
-	s.rdb.SetMaxOpenConns(8)
-	s.rdb.SetMaxIdleConns(4)
+	// PostgreSQL runs writers side by side (row locks order them), so
+	// reads and writes share one pool.
+	s.rdb = s.wdb
 	l, err := listen(ctx, cfg)
 	if err != nil {
 		s.wdb.Close()
-		s.rdb.Close()
 		return nil, fmt.Errorf("open %s: listen for changes: %w", where, err)
 	}
 	s.wg.Add(1)

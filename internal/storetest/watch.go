@@ -395,8 +395,8 @@ func testWatchErrors(t *testing.T, h *harness) {
 // -short makes it 8 × 100 writes instead of 8 × 500.
 func testConcurrentWriters(t *testing.T, h *harness) {
 	writers, writesEach := 8, 200
-	if testing.Short() {
-		writesEach = 100
+	if testing.Short() || raceEnabled {
+		writesEach = 50
 	}
 	ctx := ctxFor(t)
 	s := h.store(t)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package storetest
+
+const raceEnabled = false
