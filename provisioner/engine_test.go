@@ -296,6 +296,9 @@ func TestSupervisorRestartsWithBackoff(t *testing.T) {
 	if s.Restarts != 3 || !s.Running || !strings.Contains(s.LastError, "store unavailable") {
 		t.Errorf("got status %+v, want 3 restarts, running, last error naming the cause", s)
 	}
+	if zs := sup.Zones(); len(zs) != 3 {
+		t.Errorf("got zone table %v from the supervisor, want 3 zones", zs)
+	}
 	errsMu.Lock()
 	if len(errs) != 3 {
 		t.Errorf("got errors %q, want 3", errs)
@@ -389,5 +392,35 @@ func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
 	}
 	if _, ok := h.cloudInstances()[inst]; ok {
 		t.Errorf("instance %s still runs", inst)
+	}
+}
+
+func TestRestartUsesStoredSettings(t *testing.T) {
+	h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestAll }))
+	unknown, err := h.cloud.AddInstance("a", controllerUUID, h.model.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(2 * h.model.Settings.HarvestMinAge)
+	stale := h.model // what the controller read at its start: harvest all
+	h.setSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestNone })
+	p, err := provisioner.New(provisioner.Config{ControllerUUID: controllerUUID, Model: stale, Store: h.store, Provider: h.prov, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	h.listed(1)
+	h.settle()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.cloudInstances()[unknown.ID]; !ok {
+		t.Errorf("unknown instance harvested with the stale mode all; the stored mode is none")
+	}
+	if got := p.Settings().HarvestMode; got != muster.HarvestNone {
+		t.Errorf("got harvest mode %s, want none", got)
 	}
 }

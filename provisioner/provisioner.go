@@ -168,6 +168,22 @@ func (p *Provisioner) Run(ctx context.Context) error {
 		return fmt.Errorf("watch model %s: %w", p.cfg.Model.Name, err)
 	}
 	defer w.Close()
+	// The settings of the store, not those the controller started with:
+	// a restarted provisioner must not make its first pass with a stale
+	// harvest mode.
+	m, err := p.cfg.Store.Model(ctx, p.modelUUID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("read model %s: %w", p.cfg.Model.Name, err)
+	}
+	if err := m.Settings.Validate(); err == nil {
+		s := m.Settings
+		p.settings.Store(&s)
+		p.harvest = s.HarvestMode
+		p.lim.configure(s.RateLimitRate, s.RateLimitBurst)
+	}
 	s := p.settings.Load()
 	p.w = newWriter(ctx, p.cfg.Store, p.modelUUID)
 	p.pool = newPool(ctx, s.NumProvisionWorkers, p.obs.Queue)

@@ -39,8 +39,9 @@ type Supervisor struct {
 	opts SupervisorOptions
 	done chan struct{}
 
-	mu sync.Mutex
-	st SupervisorStatus
+	mu  sync.Mutex
+	st  SupervisorStatus
+	cur *Provisioner // the current run's provisioner
 }
 
 // Supervise starts running provisioners for cfg until ctx ends.
@@ -67,6 +68,18 @@ func (s *Supervisor) Status() SupervisorStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st
+}
+
+// Zones returns the zone table of the running provisioner (Z1), or nil
+// when none runs. It is safe for concurrent use.
+func (s *Supervisor) Zones() []ZoneInfo {
+	s.mu.Lock()
+	p := s.cur
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Zones()
 }
 
 // Wait blocks until the supervisor has stopped (after its context ended).
@@ -132,5 +145,13 @@ func (s *Supervisor) once(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.cur = p
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.cur = nil
+		s.mu.Unlock()
+	}()
 	return p.Run(ctx)
 }
