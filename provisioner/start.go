@@ -129,7 +129,10 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 	if err != nil {
 		return fmt.Errorf("record launch tokens: %w", err)
 	}
-	var queued []*startJob
+	var (
+		queued []*startJob
+		evs    []muster.Event
+	)
 	for _, j := range jobs {
 		if !done[j.id] {
 			continue
@@ -137,7 +140,9 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 		p.stateOf(j.id).job = j
 		delete(p.retryAt, j.id)
 		queued = append(queued, j)
+		evs = append(evs, p.newEvent(j.id, "start", "provisioning started"))
 	}
+	p.appendEvents(ctx, evs...)
 	p.submitStarts(queued)
 	return nil
 }

@@ -99,8 +99,8 @@ func newZoneTable(rnd func(n int) int) *zoneTable {
 	}
 }
 
-// refresh applies Z2 to the provider's zones and returns the zones kept
-// although unavailable, for a warning.
+// refresh applies Z2 to the provider's zones and returns the zones that
+// became unavailable but are kept for their machines, for a warning.
 func (t *zoneTable) refresh(zs []muster.Zone) (kept []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -116,8 +116,10 @@ func (t *zoneTable) refresh(zs []muster.Zone) (kept []string) {
 			continue
 		}
 		if t.count[name] > 0 {
+			if t.avail[name] {
+				kept = append(kept, name)
+			}
 			t.avail[name] = false
-			kept = append(kept, name)
 			continue
 		}
 		delete(t.avail, name)

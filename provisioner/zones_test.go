@@ -162,6 +162,9 @@ func TestScenario08_ZoneListChanges(t *testing.T) {
 			t.Errorf("step %d: got table %v, want %v", i, got, st.want)
 		}
 	}
+	if kept := zt.refresh(zonesOf("a")); len(kept) != 0 {
+		t.Errorf("got kept %v again, want the warning only once", kept)
+	}
 	// Once the machine is gone, the unavailable zone is dropped.
 	zt.forget("0")
 	zt.refresh(zonesOf("a"))
