@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -24,6 +25,9 @@ func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
 	now := s.clock.Now().UTC()
 	seqs := make([]int64, len(es))
 	err := s.write(ctx, func(t *wtx) error {
+		if s.d.arrays {
+			return appendEventArrays(ctx, t, es, now, seqs)
+		}
 		checked := map[string]bool{}
 		stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
 		if err != nil {
@@ -107,4 +111,43 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 		}
 	}
 	return es, nil
+}
+
+// appendEventArrays appends es in one statement with seqs taken from
+// event_counter, whose row lock (held until the commit) orders seqs like
+// commits.
+func appendEventArrays(ctx context.Context, t *wtx, es []muster.Event, now time.Time, seqs []int64) error {
+	checked := map[string]bool{}
+	n := len(es)
+	models, machines, actors, kinds, msgs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	times := make([]int64, n)
+	for i, e := range es {
+		if !checked[e.ModelUUID] {
+			if err := t.checkModel(ctx, e.ModelUUID); err != nil {
+				return err
+			}
+			checked[e.ModelUUID] = true
+		}
+		tm := e.Time
+		if tm.IsZero() {
+			tm = now
+		}
+		models[i], machines[i], actors[i], kinds[i], msgs[i], times[i] = e.ModelUUID, e.MachineID, e.Actor, e.Kind, e.Message, nanos(tm)
+	}
+	var last int64
+	if err := t.queryRow(ctx, `UPDATE event_counter SET seq = seq + ? WHERE one = 1 RETURNING seq`, n).Scan(&last); err != nil {
+		return fmt.Errorf("append events: next seq: %w", err)
+	}
+	for i := range seqs {
+		seqs[i] = last - int64(n) + 1 + int64(i)
+	}
+	if _, err := t.exec(ctx, `INSERT INTO events (seq, model_uuid, machine_id, time, actor, kind, message)
+		SELECT * FROM unnest(?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?::text[], ?::text[])`,
+		seqs, models, machines, times, actors, kinds, msgs); err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	for _, m := range models {
+		t.change(m, muster.ChangeEvent, "")
+	}
+	return nil
 }

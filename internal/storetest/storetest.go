@@ -42,6 +42,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ProvisioningInfo", testProvisioningInfo},
 		{"DistributionGroups", testDistributionGroups},
 		{"Events", testEvents},
+		{"EventsFollow", testEventsFollow},
 		{"ControllerConfig", testControllerConfig},
 		{"WatchInitial", testWatchInitial},
 		{"WatchCoalesced", testWatchCoalesced},

@@ -47,8 +47,17 @@ CREATE TABLE released_instances (
 	PRIMARY KEY (model_uuid, instance_id)
 );
 
+-- Event seqs come from event_counter, not a sequence: its row lock, held
+-- until the commit, gives seqs in commit order, so a reader following the
+-- log with "seq > last" never skips an event committed late.
+CREATE TABLE event_counter (
+	one INTEGER PRIMARY KEY CHECK (one = 1),
+	seq BIGINT NOT NULL
+);
+INSERT INTO event_counter (one, seq) VALUES (1, 0);
+
 CREATE TABLE events (
-	seq        BIGSERIAL PRIMARY KEY,
+	seq        BIGINT PRIMARY KEY,
 	model_uuid TEXT NOT NULL REFERENCES models(uuid) ON DELETE CASCADE,
 	machine_id TEXT NOT NULL DEFAULT '',
 	time       BIGINT NOT NULL,
