@@ -97,6 +97,7 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newControllerCmd(),
 		newSimCmd(o),
+		newDashboardCmd(o),
 		newAgentCmd(),
 		newAgentBinariesCmd(),
 	)
