@@ -159,10 +159,22 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	if req.Life != nil {
+		if *req.Life != string(muster.LifeDead) {
+			return muster.Errorf(muster.EInvalid, "bad life %q: an agent may only make its machine dead", *req.Life)
+		}
+		if mc.Life == muster.LifeAlive {
+			return muster.Errorf(muster.EConflict, "machine %s is alive: an agent may make it dead only once it is dying", mc.ID)
+		}
+		u.Life = muster.Ptr(muster.LifeDead)
+	}
 	u.ID = mc.ID
 	ctx := r.Context()
 	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
 		return err
+	}
+	if u.Life != nil && mc.Life != muster.LifeDead {
+		s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)}})
 	}
 	if u.Status != nil && *u.Status != mc.Status {
 		msg := fmt.Sprintf("machine %s %s", mc.ID, *u.Status)
@@ -192,7 +204,11 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, HeartbeatResult{Heartbeat: s.sessionPeriod(ctx, sess).String()})
+	mc, err := s.store.Machine(ctx, sess.modelUUID, sess.machineID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, HeartbeatResult{Heartbeat: s.sessionPeriod(ctx, sess).String(), Life: string(mc.Life)})
 	return nil
 }
 

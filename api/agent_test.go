@@ -222,3 +222,42 @@ func TestRemovedMachineTokenRevoked(t *testing.T) {
 		return muster.IsCode(err, muster.EUnauthorized)
 	})
 }
+
+// TestAgentMakesDyingMachineDead: the heartbeat tells the agent its
+// machine's life; an agent may make its machine dead only once it is
+// dying, and only dead.
+func TestAgentMakesDyingMachineDead(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{})
+	pw, nonce := h.provision(t, "0", "a")
+	res, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: pw, Nonce: nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := h.anon.WithToken(res.Token)
+	hb, err := agent.Heartbeat(ctx, "default", "0")
+	if err != nil || hb.Life != "alive" {
+		t.Fatalf("heartbeat: %+v, %v; want life alive", hb, err)
+	}
+	_, err = agent.SetAgentMachine(ctx, "default", "0", api.AgentUpdate{Life: muster.Ptr("dead")})
+	wantCode(t, err, muster.EConflict)
+	if got := h.machine(t, "0").Life; got != muster.LifeAlive {
+		t.Fatalf("refused update changed life to %s", got)
+	}
+	if err := h.admin.RemoveMachines(ctx, "default", api.RemoveMachinesRequest{IDs: []string{"0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if hb, err = agent.Heartbeat(ctx, "default", "0"); err != nil || hb.Life != "dying" {
+		t.Fatalf("heartbeat: %+v, %v; want life dying", hb, err)
+	}
+	_, err = agent.SetAgentMachine(ctx, "default", "0", api.AgentUpdate{Life: muster.Ptr("alive")})
+	wantCode(t, err, muster.EInvalid)
+	m, err := agent.SetAgentMachine(ctx, "default", "0", api.AgentUpdate{Life: muster.Ptr("dead")})
+	if err != nil || m.Life != "dead" {
+		t.Fatalf("set dead: %+v, %v", m, err)
+	}
+	if got := h.machine(t, "0").Life; got != muster.LifeDead {
+		t.Fatalf("store life %s, want dead", got)
+	}
+}

@@ -10,18 +10,19 @@ import (
 	"github.com/musterhq/muster"
 )
 
-func modelInfo(m muster.Model) ModelInfo {
+func (s *Server) modelInfo(m muster.Model) ModelInfo {
 	cfg := m.Config
 	if cfg == nil {
 		cfg = map[string]string{}
 	}
 	return ModelInfo{
-		UUID:     m.UUID,
-		Name:     m.Name,
-		Provider: m.Provider,
-		Config:   cfg,
-		Settings: m.Settings.Map(),
-		Created:  m.Created,
+		UUID:           m.UUID,
+		ControllerUUID: s.cfg.ControllerUUID,
+		Name:           m.Name,
+		Provider:       m.Provider,
+		Config:         cfg,
+		Settings:       m.Settings.Map(),
+		Created:        m.Created,
 	}
 }
 
@@ -32,7 +33,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]ModelInfo, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, modelInfo(m))
+		out = append(out, s.modelInfo(m))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -43,7 +44,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, modelInfo(m))
+	writeJSON(w, http.StatusOK, s.modelInfo(m))
 	return nil
 }
 
@@ -108,7 +109,7 @@ func (s *Server) handleAddModel(w http.ResponseWriter, r *http.Request) error {
 		ModelUUID: m.UUID, Actor: principalOf(r.Context()).actor(), Kind: "add-model",
 		Message: fmt.Sprintf("model %s added with provider %s", m.Name, m.Provider),
 	}})
-	writeJSON(w, http.StatusCreated, modelInfo(m))
+	writeJSON(w, http.StatusCreated, s.modelInfo(m))
 	return nil
 }
 

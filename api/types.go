@@ -11,12 +11,13 @@ import (
 
 // ModelInfo describes a model.
 type ModelInfo struct {
-	UUID     string            `json:"uuid"`
-	Name     string            `json:"name"`
-	Provider string            `json:"provider"`
-	Config   map[string]string `json:"config"`   // provider configuration
-	Settings map[string]string `json:"settings"` // every model-config key, formatted
-	Created  time.Time         `json:"created"`
+	UUID           string            `json:"uuid"`
+	ControllerUUID string            `json:"controller-uuid"`
+	Name           string            `json:"name"`
+	Provider       string            `json:"provider"`
+	Config         map[string]string `json:"config"`   // provider configuration
+	Settings       map[string]string `json:"settings"` // every model-config key, formatted
+	Created        time.Time         `json:"created"`
 }
 
 // AddModelRequest is the body of POST /v1/models. Config keys that are
@@ -228,7 +229,10 @@ type AgentMachine struct {
 
 // AgentUpdate is the body of PUT /v1/agent/models/{model}/machines/{id}.
 // Nil fields are left alone. Status may be started, stopped or error.
+// Life may only be "dead", and only once the machine is dying: the agent
+// makes its machine dead when it has cleaned up, as Juju's machiner does.
 type AgentUpdate struct {
+	Life          *string          `json:"life,omitempty"`
 	Status        *string          `json:"status,omitempty"`
 	StatusMessage *string          `json:"status-message,omitempty"`
 	Hardware      *muster.Hardware `json:"hardware,omitempty"`
@@ -248,4 +252,5 @@ type errorDetail struct {
 // HeartbeatResult answers a heartbeat with the period to keep.
 type HeartbeatResult struct {
 	Heartbeat string `json:"heartbeat"` // e.g. "10s"
+	Life      string `json:"life"`      // the machine's life: an agent whose machine is dying makes it dead
 }
