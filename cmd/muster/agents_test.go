@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +65,10 @@ func openAgentsController(tb testing.TB, cfg controllerConfig) *agentsController
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := c.Close(ctx); err != nil {
-			tb.Errorf("close controller: %v", err)
+		if ac.ctrl != nil { // a test may have closed it
+			if err := ac.ctrl.Close(ctx); err != nil {
+				tb.Errorf("close controller: %v", err)
+			}
 		}
 		if tb.Failed() {
 			lb.mu.Lock()
@@ -450,5 +454,103 @@ func TestAgentCommand(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and one line containing %q", code, errOut, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// The agent listener serves the API on another host address, with a
+// certificate for it, on the main listener's port when free.
+func TestListenAgents(t *testing.T) {
+	ac := openAgentsController(t, controllerConfig{})
+	ctx := context.Background()
+	urls, closeFn, err := ac.ctrl.listenAgents(ctx, []string{"127.0.0.2", "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ac.ctrl.listener.Addr().String())
+	if want := []string{"https://127.0.0.2:" + port, ac.ctrl.url}; !slices.Equal(urls, want) {
+		t.Fatalf("got %v, want %v", urls, want)
+	}
+	c, err := api.NewClient(api.ClientConfig{URL: urls[0], CACert: ac.ctrl.ca.CertPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API answers there, over TLS verified against the CA.
+	_, err = c.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: "x", Nonce: "y"})
+	if got := muster.ErrorCode(err); got != muster.EUnauthorized {
+		t.Fatalf("login through the agent listener: got %v (code %q), want %q", err, got, muster.EUnauthorized)
+	}
+	closeFn()
+	// A new connection is refused (an open one lives on until it idles).
+	c, err = api.NewClient(api.ClientConfig{URL: urls[0], CACert: ac.ctrl.ca.CertPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: "x", Nonce: "y"})
+	if got := muster.ErrorCode(err); got != muster.EUnavailable {
+		t.Fatalf("after close: got %v (code %q), want %q", err, got, muster.EUnavailable)
+	}
+	if _, _, err := ac.ctrl.listenAgents(ctx, []string{"not-an-ip"}); err == nil {
+		t.Fatal("bad address: got no error")
+	}
+}
+
+func TestValidateDockerModel(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		config map[string]string
+		want   string // "" = valid
+	}{
+		{"defaults", nil, ""},
+		{"zones and host mode", map[string]string{"zones": "x,y", "network-mode": "host"}, ""},
+		{"subnets", map[string]string{"zones": "a,b", "subnets": "a=10.77.1.0/24"}, ""},
+		{"bad network mode", map[string]string{"network-mode": "weird"}, "network-mode"},
+		{"unknown key", map[string]string{"endpoint": "http://x"}, `"endpoint"`},
+		{"bad zone", map[string]string{"zones": "a,,b"}, "zones"},
+		{"subnet of unknown zone", map[string]string{"zones": "a", "subnets": "q=10.1.0.0/24"}, "unknown zone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateModel(muster.Model{Name: "dk", Provider: "docker", Config: tc.config})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("got %v, want no error", err)
+				}
+				return
+			}
+			if muster.ErrorCode(err) != muster.EInvalid || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want invalid naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The embedded sim reports the instances it reloads at a controller
+// restart, so their agents run again.
+func TestSimAgentsAfterRestart(t *testing.T) {
+	shortBootDelay(t)
+	dir := t.TempDir()
+	ac := openAgentsController(t, controllerConfig{DataDir: dir})
+	ids := ac.addMachines(t, "default", api.AddMachinesRequest{Count: 2})
+	ac.waitMachines(t, "default", "started", ids, func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
+	agents := ac.ctrl.runner(ac.modelUUID(t, "default")).provider.simAgents
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ac.ctrl.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := agents.count(); got != 0 {
+		t.Fatalf("got %d agents after the controller closed, want 0", got)
+	}
+	ac.ctrl = nil
+
+	ac2 := openAgentsController(t, controllerConfig{DataDir: dir})
+	uuid := ac2.modelUUID(t, "default")
+	pollUntil(t, "the model to run again", func() bool { return ac2.ctrl.runner(uuid) != nil })
+	agents2 := ac2.ctrl.runner(uuid).provider.simAgents
+	pollUntil(t, "both agents to report started again", func() bool { return agents2.started.Load() == 2 })
+	st := ac2.status(t, "default")
+	for _, id := range ids {
+		if got := st.Machines[id].Status; got != string(muster.StatusStarted) {
+			t.Errorf("machine %s: got status %s, want started", id, got)
+		}
 	}
 }
