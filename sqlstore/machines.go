@@ -429,11 +429,33 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 		if len(rs) == 0 {
 			return nil
 		}
-		sel, err := t.prepare(ctx, `SELECT life, instance_id, nonce FROM machines WHERE model_uuid = ? AND id = ?`+s.d.forUpdate)
-		if err != nil {
-			return fmt.Errorf("record instances: %w", err)
+		// Read (and lock, in id order) every machine of the batch at once.
+		type state struct{ life, instID, nonce string }
+		ids := make([]string, len(rs))
+		for i, r := range rs {
+			ids[i] = r.MachineID
 		}
-		defer sel.Close()
+		current := map[int64]*state{}
+		if nums := parseIDs(ids); len(nums) > 0 {
+			rows, err := t.query(ctx, `SELECT id, life, instance_id, nonce FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")+` ORDER BY id`+s.d.forUpdate,
+				modelUUID, s.d.listArg(nums))
+			if err != nil {
+				return fmt.Errorf("read machines: %w", err)
+			}
+			for rows.Next() {
+				var id int64
+				var st state
+				if err := rows.Scan(&id, &st.life, &st.instID, &st.nonce); err != nil {
+					rows.Close()
+					return fmt.Errorf("read machines: %w", err)
+				}
+				current[id] = &st
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("read machines: %w", err)
+			}
+		}
 		upd, err := t.prepare(ctx, `UPDATE machines SET instance_id = ?, instance = ?, instance_status = ?,
 			instance_message = '', updated = ? WHERE model_uuid = ? AND id = ?`)
 		if err != nil {
@@ -447,19 +469,12 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 				continue
 			}
 			n, ok := parseID(r.MachineID)
-			if !ok {
+			st := current[n]
+			if !ok || st == nil {
 				errs[i] = muster.Errorf(muster.ENotFound, "machine %q not found", r.MachineID)
 				continue
 			}
-			var life, instID, nonce string
-			err := sel.QueryRowContext(ctx, modelUUID, n).Scan(&life, &instID, &nonce)
-			if errors.Is(err, sql.ErrNoRows) {
-				errs[i] = muster.Errorf(muster.ENotFound, "machine %q not found", r.MachineID)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("read machine %s: %w", r.MachineID, err)
-			}
+			life, instID, nonce := st.life, st.instID, st.nonce
 			switch {
 			case muster.Life(life) == muster.LifeDead:
 				errs[i] = muster.Errorf(muster.EConflict, "machine %s is dead", r.MachineID)
@@ -478,6 +493,7 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 			if _, err := upd.ExecContext(ctx, r.Info.InstanceID, string(b), string(muster.InstanceRunning), now, modelUUID, n); err != nil {
 				return fmt.Errorf("record instance of machine %s: %w", r.MachineID, err)
 			}
+			st.instID = r.Info.InstanceID
 			t.change(modelUUID, muster.ChangeMachine, r.MachineID)
 		}
 		return nil
