@@ -12,15 +12,21 @@ import (
 
 // limiter is the model's client-side token bucket for provider calls (E2).
 // It is adaptive: a throttled call halves the rate (down to a floor of
-// 1/64 of the configured rate), and every success after that raises it
-// by a tenth, back up to the configured rate. Time comes from the clock.
+// 1/64 of the configured rate), at most once per cutWindow so that the
+// many calls in flight when the cloud starts throttling cut it once, not
+// once each; every success raises it by a tenth, back up to the
+// configured rate. Time comes from the clock.
 type limiter struct {
 	clock muster.Clock
 	mu    sync.Mutex
 	lim   *rate.Limiter
 	want  rate.Limit // configured rate
 	cur   rate.Limit
+	cut   time.Time // last cut
 }
+
+// cutWindow is the least time between two cuts of the rate.
+const cutWindow = time.Second
 
 func newLimiter(clock muster.Clock, perSecond float64, burst int) *limiter {
 	l := &limiter{clock: clock}
@@ -73,8 +79,13 @@ func (l *limiter) wait(ctx context.Context) error {
 func (l *limiter) throttled() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.clock.Now()
+	if !l.cut.IsZero() && now.Sub(l.cut) < cutWindow {
+		return
+	}
+	l.cut = now
 	l.cur = max(l.cur/2, l.want/64)
-	l.lim.SetLimitAt(l.clock.Now(), l.cur)
+	l.lim.SetLimitAt(now, l.cur)
 }
 
 // succeeded speeds the bucket up again after a throttle.
