@@ -156,6 +156,33 @@ func TestPostgresConcurrentOpen(t *testing.T) {
 	}
 }
 
+// TestPostgresOpenFails: a server that does not answer and a schema that
+// does not exist are errors at Open, not at the first use.
+func TestPostgresOpenFails(t *testing.T) {
+	base := postgresURL(t)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", "muster_no_such_schema")
+	u.RawQuery = q.Encode()
+	for _, tc := range []struct {
+		name, url string
+	}{
+		{"no server", "postgres://u:p@127.0.0.1:1/db?sslmode=disable&connect_timeout=5"},
+		{"no schema", u.String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := sqlstore.Open(context.Background(), tc.url, sqlstore.WithLogger(slog.New(slog.DiscardHandler)))
+			if err == nil {
+				s.Close()
+				t.Fatalf("open %s: got no error, want one", tc.name)
+			}
+		})
+	}
+}
+
 func TestOpenBadPostgresURL(t *testing.T) {
 	for _, tc := range []struct {
 		name, url string
