@@ -141,6 +141,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	shot("dashboard-phone.png")
 
+	// A sign-in URL that names a model in its fragment opens that model.
+	if _, err := h.store.CreateModel(ctx, muster.Model{Name: "other", Provider: "sim", Settings: muster.DefaultSettings()}); err != nil {
+		t.Fatal(err)
+	}
+	do("sign in to another model", chromedp.Navigate(h.ts.URL+api.DashboardSigninPath+"?code="+h.code(t)+"#model=other"))
+	runB(t, bctx, "model other shown", chromedp.Poll[bool](`document.getElementById('f-model').textContent === 'other' &&
+		document.getElementById('model').value === 'other' && location.hash === '#model=other' &&
+		document.getElementById('progress-text').textContent === 'No machines yet'`))
+
 	// The code does not work twice.
 	do("reuse the code", chromedp.Navigate(h.ts.URL+api.DashboardSigninPath+"?code="+code), visible(`.problem`))
 	if p := text(`.problem`); !strings.Contains(p, "not valid") {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -464,8 +465,14 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	zones, err := s.zoneTable(r.Context(), m.UUID, ms)
 	if err != nil {
-		// Status stays useful while the provider is unreachable.
-		s.logger.Warn("list zones for status", "model", m.Name, "err", err)
+		// Status stays useful while the provider is unreachable. Filtered
+		// requests come from open dashboards, up to twice a second: they
+		// log quietly.
+		lvl := slog.LevelWarn
+		if ids != nil {
+			lvl = slog.LevelDebug
+		}
+		s.logger.Log(r.Context(), lvl, "list zones for status", "model", m.Name, "err", err)
 	}
 	for _, z := range zones {
 		st.Zones[z.Name] = ZoneStatus{Available: z.Available, Machines: z.Machines}
