@@ -10,6 +10,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -59,7 +60,11 @@ type Options struct {
 }
 
 // Run runs the agent of cfg until ctx ends (then it returns nil) or it
-// fails for good. It returns an error, with the controller's code, when:
+// fails for good. When the controller reports the machine dying (it is
+// being removed), the agent makes it dead, as Juju's machiner does, and
+// then idles until ctx ends: the provisioner stops the instance, and an
+// instance whose process exited on its own could look gone to it. Run
+// returns an error, with the controller's code, when:
 //   - cfg is invalid (invalid);
 //   - the controller refuses the password or the machine is gone
 //     (unauthorized), at once;
@@ -89,6 +94,11 @@ func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
 		}
 		err = a.serve(ctx, s)
 		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errMachineDead) {
+			a.log.Info("machine dead; agent idle until its instance stops")
+			<-ctx.Done()
 			return nil
 		}
 		a.log.Info("agent logging in again", "err", err)
@@ -206,6 +216,9 @@ func (a *agent) login(ctx context.Context) (session, error) {
 	}
 }
 
+// errMachineDead ends serve: the agent's work is done.
+var errMachineDead = errors.New("machine is dead")
+
 // needsLogin reports whether err means the session is no longer valid.
 func needsLogin(err error) bool {
 	switch muster.ErrorCode(err) {
@@ -219,8 +232,10 @@ func needsLogin(err error) bool {
 // session becomes invalid (the error says why).
 func (a *agent) serve(ctx context.Context, s session) error {
 	b := a.newBackoff()
+	var life string
 	for {
-		err := a.reportStarted(ctx, s)
+		var err error
+		life, err = a.reportStarted(ctx, s)
 		if err == nil {
 			break
 		}
@@ -238,6 +253,9 @@ func (a *agent) serve(ctx context.Context, s session) error {
 	if a.opts.OnStarted != nil {
 		a.opts.OnStarted()
 	}
+	if err := a.checkLife(ctx, s, life); err != nil {
+		return err
+	}
 	b.reset()
 	wait := s.period
 	for {
@@ -249,6 +267,9 @@ func (a *agent) serve(ctx context.Context, s session) error {
 			if p, perr := time.ParseDuration(res.Heartbeat); perr == nil && p > 0 && p != s.period {
 				a.log.Info("agent heartbeat period changed", "heartbeat", p)
 				s.period = p
+			}
+			if err := a.checkLife(ctx, s, res.Life); err != nil {
+				return err
 			}
 			b.reset()
 			wait = s.period
@@ -274,12 +295,42 @@ func (a *agent) rotate(s session) session {
 	return s
 }
 
+// checkLife makes a dying machine dead; it returns errMachineDead once the
+// machine is dead (or already removed), nil while it is alive.
+func (a *agent) checkLife(ctx context.Context, s session, life string) error {
+	switch muster.Life(life) {
+	case muster.LifeDying:
+	case muster.LifeDead:
+		return errMachineDead
+	default:
+		return nil
+	}
+	a.log.Info("machine dying; making it dead")
+	b := a.newBackoff()
+	for {
+		_, err := s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, api.AgentUpdate{Life: muster.Ptr(string(muster.LifeDead))})
+		if err == nil || muster.IsCode(err, muster.ENotFound) {
+			return errMachineDead
+		}
+		if ctx.Err() != nil || needsLogin(err) {
+			return err
+		}
+		d := b.next()
+		a.log.Warn("agent could not make its machine dead", "err", err, "retry-in", d)
+		s = a.rotate(s)
+		if err := a.sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
 // reportStarted sets the machine started with its hardware and addresses;
-// what the agent cannot tell keeps the provider's recorded values.
-func (a *agent) reportStarted(ctx context.Context, s session) error {
+// what the agent cannot tell keeps the provider's recorded values. It
+// returns the machine's life.
+func (a *agent) reportStarted(ctx context.Context, s session) (string, error) {
 	cur, err := s.client.AgentMachine(ctx, s.model, a.cfg.Machine)
 	if err != nil {
-		return err
+		return "", err
 	}
 	hw := mergeHardware(cur.Hardware, a.opts.Hardware())
 	u := api.AgentUpdate{
@@ -290,8 +341,8 @@ func (a *agent) reportStarted(ctx context.Context, s session) error {
 	if addrs := a.opts.Addresses(); len(addrs) > 0 {
 		u.Addresses = &addrs
 	}
-	_, err = s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, u)
-	return err
+	am, err := s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, u)
+	return am.Life, err
 }
 
 // mergeHardware overlays what the agent measured on what was recorded.

@@ -257,3 +257,50 @@ func TestProbeThisHost(t *testing.T) {
 		}
 	}
 }
+
+// A machine being removed is dying: its agent makes it dead (as Juju's
+// machiner does), so that the provisioner stops the instance, and then
+// calls the controller no more.
+func TestRunMakesDyingMachineDead(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.provision(t, "a")
+	started := make(chan struct{}, 4)
+	r := h.run(t, cfg, h.options(started))
+	waitFor(t, started, "machine started")
+	if err := h.store.UpdateMachines(context.Background(), h.model.UUID, []muster.MachineUpdate{{ID: cfg.Machine, Life: muster.Ptr(muster.LifeDying)}}); err != nil {
+		t.Fatal(err)
+	}
+	advanceUntil(t, h.clock, 5*time.Second, "machine dead", func() bool { return h.machine(t, cfg.Machine).Life == muster.LifeDead })
+	beats := h.heartbeats.Load()
+	h.clock.Advance(time.Minute)
+	time.Sleep(20 * time.Millisecond)
+	if got := h.heartbeats.Load(); got != beats {
+		t.Errorf("got %d heartbeats after the machine died, want none", got-beats)
+	}
+	if r.exited() {
+		t.Error("agent exited on its own, want it idle until stopped")
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("got %v from Run, want nil", err)
+	}
+}
+
+func TestRunMachineAlreadyDying(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.provision(t, "a")
+	if err := h.store.UpdateMachines(context.Background(), h.model.UUID, []muster.MachineUpdate{{ID: cfg.Machine, Life: muster.Ptr(muster.LifeDying)}}); err != nil {
+		t.Fatal(err)
+	}
+	// No clock advance: the agent makes the machine dead right after login.
+	r := h.run(t, cfg, h.options(nil))
+	deadline := time.Now().Add(10 * time.Second)
+	for h.machine(t, cfg.Machine).Life != muster.LifeDead {
+		if time.Now().After(deadline) {
+			t.Fatal("machine not made dead")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("got %v from Run, want nil", err)
+	}
+}
