@@ -63,6 +63,7 @@ func zoneCounts(h *harness) map[string]int {
 }
 
 func TestE3_BatchStarts(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	bp := &batchProvider{recProvider: h.prov}
 	h.start2(bp)
@@ -93,6 +94,7 @@ func TestE3_BatchStarts(t *testing.T) {
 }
 
 func TestE3_BatchFailuresRetriedAlone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withFaults(sim.Faults{FailNext: map[string]int{"a": 100}}))
 	bp := &batchProvider{recProvider: h.prov}
 	h.start2(bp)

@@ -40,6 +40,7 @@ func (s *crashStore) RecordInstances(ctx context.Context, model string, rs []mus
 // has exactly one instance, the recorded one; dead machines are gone with
 // their instances; no tagged instance is left without a machine.
 func TestCrashSafety(t *testing.T) {
+	t.Parallel()
 	t.Run("no listing lag", func(t *testing.T) { testCrashSafety(t, 0) })
 	// With listing lag, an instance launched just before a crash is not
 	// listed at the restart: the machine is started again with a new

@@ -22,6 +22,7 @@ import (
 // library (without net/http or database/sql), the root package and
 // golang.org/x/time/rate.
 func TestImports(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +49,7 @@ func TestImports(t *testing.T) {
 }
 
 func TestNewChecksConfig(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	good := provisioner.Config{ControllerUUID: controllerUUID, Model: h.model, Store: h.store, Provider: h.prov}
 	tests := []struct {
@@ -76,6 +78,7 @@ func TestNewChecksConfig(t *testing.T) {
 }
 
 func TestP15_RetryProvisioning(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{Constraints: muster.MustParseConstraints("arch=arm64")})
@@ -97,6 +100,7 @@ func TestP15_RetryProvisioning(t *testing.T) {
 }
 
 func TestP18_HarvestModeChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t) // harvest mode destroyed
 	unknown, err := h.cloud.AddInstance("a", controllerUUID, h.model.UUID)
 	if err != nil {
@@ -124,6 +128,7 @@ func TestP18_HarvestModeChange(t *testing.T) {
 }
 
 func TestE1_NoListingPerEvent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.add(30, muster.MachineTemplate{})
 	h.start()
@@ -144,6 +149,7 @@ func TestE1_NoListingPerEvent(t *testing.T) {
 }
 
 func TestC3_DuplicateStopped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{})
@@ -164,6 +170,7 @@ func TestC3_DuplicateStopped(t *testing.T) {
 }
 
 func TestC2_AdoptKeepsLaunchTokenInstance(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ms := h.add(1, muster.MachineTemplate{})
 	token := "tok-current"
@@ -224,6 +231,7 @@ func (o *obs) Throttled(_ string, rate float64) {
 }
 
 func TestE2_ThrottledStartsAreRetriedAndSlowDown(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withSettings(func(s *muster.Settings) {
 		s.RetryCount = 0 // a throttled start must not use up an attempt
 		s.RateLimitRate = 50
@@ -277,6 +285,7 @@ func (s *failingWatchStore) Watch(ctx context.Context, model string, from int64,
 }
 
 func TestSupervisorRestartsWithBackoff(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	st := &failingWatchStore{Store: h.store, fails: 3}
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -321,6 +330,7 @@ type noZones struct{ *recProvider }
 func (noZones) Zones(context.Context) ([]muster.Zone, error) { return nil, nil }
 
 func TestZ5_ProviderWithoutZones(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start2(noZones{h.prov})
 	h.add(2, muster.MachineTemplate{})
@@ -337,6 +347,7 @@ func TestZ5_ProviderWithoutZones(t *testing.T) {
 }
 
 func TestP13_DeadWhileStartingAndStartFails(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	release := make(chan struct{})
 	h.prov.setHooks(func(r *recProvider) {
@@ -367,6 +378,7 @@ func TestP13_DeadWhileStartingAndStartFails(t *testing.T) {
 }
 
 func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{})
@@ -396,6 +408,7 @@ func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
 }
 
 func TestRestartUsesStoredSettings(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestAll }))
 	unknown, err := h.cloud.AddInstance("a", controllerUUID, h.model.UUID)
 	if err != nil {

@@ -26,6 +26,7 @@ func zoneNames(zs []provisioner.ZoneInfo) string {
 }
 
 func TestScenario08_ZoneTableFollowsProvider(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, z := range []string{"b", "c"} {
 		if _, err := h.cloud.SetZone(z, sim.ZoneUpdate{Available: muster.Ptr(false)}); err != nil {
@@ -59,6 +60,7 @@ func TestScenario08_ZoneTableFollowsProvider(t *testing.T) {
 }
 
 func TestScenario09_RetryCountExhausted(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withZones("a"), withSettings(func(s *muster.Settings) { s.RetryCount = 1 }),
 		withFaults(sim.Faults{ZoneErrorRate: map[string]float64{"a": 1}}))
 	h.start()
@@ -107,6 +109,7 @@ func TestScenario09_RetryCountExhausted(t *testing.T) {
 }
 
 func TestScenario10_CapacityRetriedInAnotherZone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withZones("a", "b"), withSettings(func(s *muster.Settings) { s.RetryCount = 1 }))
 	h.start()
 	h.add(1, muster.MachineTemplate{Constraints: muster.MustParseConstraints("zones=b")})
@@ -142,6 +145,7 @@ func TestScenario10_CapacityRetriedInAnotherZone(t *testing.T) {
 }
 
 func TestScenario11_AllZonesFail(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withZones("a", "b"), withSettings(func(s *muster.Settings) { s.RetryCount = 2 }),
 		withFaults(sim.Faults{ZoneErrorRate: map[string]float64{"a": 1, "b": 1}}))
 	h.start()
@@ -172,6 +176,7 @@ func TestScenario11_AllZonesFail(t *testing.T) {
 }
 
 func TestScenario12_ShutdownDuringRetryDelay(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withZones("a"), withFaults(sim.Faults{ZoneErrorRate: map[string]float64{"a": 1}}))
 	h.start()
 	h.add(1, muster.MachineTemplate{})
@@ -188,6 +193,7 @@ func TestScenario12_ShutdownDuringRetryDelay(t *testing.T) {
 }
 
 func TestScenario13_HarvestAllKeepsKeepInstance(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestAll }))
 	h.start()
 	h.add(2, muster.MachineTemplate{})
@@ -215,6 +221,7 @@ func TestScenario13_HarvestAllKeepsKeepInstance(t *testing.T) {
 }
 
 func TestScenario14_HarvestModes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		mode        muster.HarvestMode
 		deadStopped bool
@@ -265,6 +272,7 @@ func TestScenario14_HarvestModes(t *testing.T) {
 }
 
 func TestScenario15_DeadWhileStarting(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	release := make(chan struct{})
 	h.prov.setHooks(func(r *recProvider) {
@@ -305,6 +313,7 @@ func TestScenario15_DeadWhileStarting(t *testing.T) {
 }
 
 func TestScenario16_DeadEventsWhileStopping(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	release := make(chan struct{})
 	h.start()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestScenario17_ResizeWorkersKeepsQueuedWork(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withSettings(func(s *muster.Settings) { s.NumProvisionWorkers = 4 }))
 	release := make(chan struct{})
 	var inFlight, peak atomic.Int32
@@ -60,6 +61,7 @@ func TestScenario17_ResizeWorkersKeepsQueuedWork(t *testing.T) {
 }
 
 func TestScenario18_Spaces(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{Constraints: muster.MustParseConstraints("spaces=beta,alpha,^gamma")})
@@ -108,6 +110,7 @@ func TestScenario18_Spaces(t *testing.T) {
 }
 
 func TestScenario19_Storage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	sd, err := muster.ParseStorage("data=10G")
@@ -130,6 +133,7 @@ func TestScenario19_Storage(t *testing.T) {
 }
 
 func TestScenario20_NoAgentBinaries(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{Constraints: muster.MustParseConstraints("arch=arm64")})
@@ -143,6 +147,7 @@ func TestScenario20_NoAgentBinaries(t *testing.T) {
 }
 
 func TestScenario21_RecordFailsStopsInstance(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	// While the start is in flight, the machine's nonce changes (as if
 	// another attempt had begun), so the guarded record is refused (P11).
@@ -169,6 +174,7 @@ func TestScenario21_RecordFailsStopsInstance(t *testing.T) {
 }
 
 func TestScenario22_CrashBetweenStartAndRecord(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	crashed := make(chan struct{})
 	h.prov.setHooks(func(r *recProvider) {
@@ -213,6 +219,7 @@ func TestScenario22_CrashBetweenStartAndRecord(t *testing.T) {
 }
 
 func TestScenario23_UnknownMinAge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestUnknown }))
 	inst, err := h.cloud.AddInstance("a", controllerUUID, h.model.UUID)
 	if err != nil {
@@ -236,6 +243,7 @@ func TestScenario23_UnknownMinAge(t *testing.T) {
 }
 
 func TestScenario24_OtherModelsNeverTouched(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []muster.HarvestMode{muster.HarvestNone, muster.HarvestDestroyed, muster.HarvestUnknown, muster.HarvestAll} {
 		t.Run(string(mode), func(t *testing.T) {
 			h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = mode }))

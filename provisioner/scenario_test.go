@@ -13,6 +13,7 @@ import (
 var nonceRE = regexp.MustCompile(`^machine-0:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func TestScenario01_NoMachinesNoCalls(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.listed(1)
@@ -30,6 +31,7 @@ func TestScenario01_NoMachinesNoCalls(t *testing.T) {
 }
 
 func TestScenario02_StartOneThenStopIt(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{})
@@ -91,6 +93,7 @@ func TestScenario02_StartOneThenStopIt(t *testing.T) {
 }
 
 func TestScenario03_RestartDoesNotStartAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{})
@@ -108,6 +111,7 @@ func TestScenario03_RestartDoesNotStartAgain(t *testing.T) {
 }
 
 func TestScenario04_Dying(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{})
@@ -141,6 +145,7 @@ func TestScenario04_Dying(t *testing.T) {
 }
 
 func TestScenario05_FourMachinesThreeZones(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(4, muster.MachineTemplate{})
@@ -160,6 +165,7 @@ func TestScenario05_FourMachinesThreeZones(t *testing.T) {
 }
 
 func TestScenario06_UnknownZoneConstraint(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{Constraints: muster.MustParseConstraints("zones=z9")})
@@ -177,6 +183,7 @@ func TestScenario06_UnknownZoneConstraint(t *testing.T) {
 }
 
 func TestScenario07_GroupSpreads(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.start()
 	h.add(1, muster.MachineTemplate{Group: "web", Constraints: muster.MustParseConstraints("zones=a")})
