@@ -107,6 +107,7 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 		u := muster.MachineUpdate{
 			ID:              m.ID,
 			Status:          muster.Ptr(muster.StatusPending),
+			StatusMessage:   muster.Ptr(""),
 			InstanceStatus:  muster.Ptr(muster.InstanceAllocating),
 			InstanceMessage: muster.Ptr("starting"),
 			LaunchToken:     muster.Ptr(j.token),
