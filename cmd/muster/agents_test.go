@@ -320,6 +320,8 @@ func TestAgentBinariesAddTakesEffectWithoutRestart(t *testing.T) {
 func TestSimAgentsStartMachines(t *testing.T) {
 	shortBootDelay(t)
 	ac := openAgentsController(t, controllerConfig{})
+	// Agents learn that their machine is dying from a heartbeat answer.
+	ac.setConfig(t, "default", map[string]string{"agent-heartbeat": "200ms"})
 	ids := ac.addMachines(t, "default", api.AddMachinesRequest{Count: 3, Group: "web", Constraints: "cores=2"})
 	st := ac.waitMachines(t, "default", "started", ids, func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
 	zones := map[string]bool{}
@@ -337,12 +339,16 @@ func TestSimAgentsStartMachines(t *testing.T) {
 	if got := agents.count(); got != 3 {
 		t.Fatalf("got %d simulated agents, want 3", got)
 	}
-	// Forced: a dying machine waits for its agent to make it dead, which
-	// the API does not offer agents yet.
-	if err := ac.client.RemoveMachines(context.Background(), "default", api.RemoveMachinesRequest{IDs: ids[:1], Force: true}); err != nil {
+	// Not forced: the agent makes its dying machine dead, then the
+	// provisioner stops the instance, which stops the agent.
+	if err := ac.client.RemoveMachines(context.Background(), "default", api.RemoveMachinesRequest{IDs: ids[:1]}); err != nil {
 		t.Fatal(err)
 	}
 	pollUntil(t, "the removed machine's agent to stop", func() bool { return agents.count() == 2 })
+	pollUntil(t, "the removed machine gone", func() bool {
+		_, ok := ac.status(t, "default").Machines[ids[0]]
+		return !ok
+	})
 	if got := agents.started.Load(); got < 3 {
 		t.Errorf("got %d started reports, want at least 3", got)
 	}

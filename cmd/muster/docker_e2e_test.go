@@ -221,10 +221,11 @@ func TestDockerE2E(t *testing.T) {
 	}
 	ac.waitMachines(t, name, "started again", ids[:1], func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
 
-	// Removing a machine removes its container.
+	// Removing a machine removes its container: its agent makes the dying
+	// machine dead, then the provisioner stops the container.
 	gone := ids[1]
 	goneID := st.Machines[gone].InstanceID
-	if err := ac.client.RemoveMachines(ctx, name, api.RemoveMachinesRequest{IDs: []string{gone}, Force: true}); err != nil {
+	if err := ac.client.RemoveMachines(ctx, name, api.RemoveMachinesRequest{IDs: []string{gone}}); err != nil {
 		t.Fatal(err)
 	}
 	pollUntil(t, "the removed machine's container to go", func() bool {
@@ -238,7 +239,7 @@ func TestDockerE2E(t *testing.T) {
 	// Removing the rest and the model leaves nothing of the model behind
 	// but the foreign container.
 	rest := []string{ids[0], ids[2]}
-	if err := ac.client.RemoveMachines(ctx, name, api.RemoveMachinesRequest{IDs: rest, Force: true}); err != nil {
+	if err := ac.client.RemoveMachines(ctx, name, api.RemoveMachinesRequest{IDs: rest}); err != nil {
 		t.Fatal(err)
 	}
 	pollUntil(t, "every machine removed", func() bool { return len(ac.status(t, name).Machines) == 0 })
