@@ -18,8 +18,8 @@
 (function () {
   const FETCH_GAP_MS = 500;     // at most ~2 status requests per second
   const RENDER_GAP_MS = 200;
-  const BATCH_IDS = 400;        // ids per filtered status request
-  const FULL_REFRESH_OVER = 2000; // more pending ids than this: one full status
+  const BATCH_IDS = 1000;       // ids per filtered status request (the server's limit)
+  const FULL_REFRESH_OVER = 3000; // more pending ids than this: one full status
   const TILE_CAP = 300;         // tiles drawn per zone column
   const FEED_CAP = 200;         // events kept in the feed
   const NO_ZONE = '';           // column of machines without an instance yet
