@@ -118,3 +118,38 @@ func TestE3_BatchFailuresRetriedAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultsTarget is the faults target of SPEC §7 at test scale: 20%
+// injected start errors and one zone with no capacity; every machine
+// converges, none in the full zone, and the spread over the usable zones
+// holds (Z8).
+func TestFaultsTarget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withSettings(func(s *muster.Settings) { s.BatchStarts = false }),
+		withFaults(sim.Faults{ErrorRate: map[string]float64{sim.CallStart: 0.2}}))
+	if _, err := h.cloud.SetZone("a", sim.ZoneUpdate{Capacity: muster.Ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.add(30, muster.MachineTemplate{Group: "web"})
+	h.advanceUntil("30 machines running", 2*time.Second, allRunning(h, 30))
+	got := zoneCounts(h)
+	if got["a"] != 0 {
+		t.Errorf("got %d machines in the full zone a", got["a"])
+	}
+	if d := got["b"] - got["c"]; d > 1 || d < -1 {
+		t.Errorf("got zones %v, want b and c within one (Z8)", got)
+	}
+	inA := 0
+	for _, c := range h.prov.startCalls() {
+		if c.Zone == "a" {
+			inA++
+		}
+	}
+	// Only starts already in flight when the first capacity error came
+	// back may go to a (Z7).
+	if inA > h.model.Settings.NumProvisionWorkers {
+		t.Errorf("got %d starts in the full zone, want at most one per worker", inA)
+	}
+	t.Logf("%d starts, %d in the full zone", len(h.prov.startCalls()), inA)
+}

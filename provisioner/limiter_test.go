@@ -2,9 +2,12 @@ package provisioner
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/fakeclock"
 )
 
@@ -64,5 +67,28 @@ func TestLimiterWaitsOnTheClock(t *testing.T) {
 	cancel()
 	if err := <-done; err == nil {
 		t.Errorf("got nil from a cancelled wait, want the context error")
+	}
+}
+
+func TestZoneSpecific(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"capacity", muster.NewProviderError(muster.ErrCapacity, "a", "full"), true},
+		{"unavailable in a zone", muster.NewProviderError(muster.ErrUnavailable, "a", "zone down"), true},
+		{"unavailable, no zone", muster.NewProviderError(muster.ErrUnavailable, "", "try later"), false},
+		{"zone-independent", muster.NewProviderError(muster.ErrZoneIndependent, "", "no image"), false},
+		{"throttled", muster.NewProviderError(muster.ErrThrottled, "", "slow down"), false},
+		{"unclassified", errors.New("boom"), true},
+		{"wrapped capacity", fmt.Errorf("start: %w", muster.NewProviderError(muster.ErrCapacity, "b", "full")), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := zoneSpecific(tt.err); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

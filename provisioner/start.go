@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -373,7 +374,7 @@ func (p *Provisioner) onStartError(ctx context.Context, j *startJob, zone string
 	}
 	kind := muster.ProviderErrorKindOf(err)
 	sameAttempt := false
-	if zone != "" && kind != muster.ErrZoneIndependent && kind != muster.ErrThrottled {
+	if zone != "" && zoneSpecific(err) {
 		if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
 			p.zones.block(zone, j.req.Shape, p.clock.Now().Add(s.ZoneFailureTTL))
 		}
@@ -395,6 +396,25 @@ func (p *Provisioner) onStartError(ctx context.Context, j *startJob, zone string
 	}
 	p.appendEvents(ctx, p.newEvent(j.id, "retry", msg))
 	return delay, startResult{}, false
+}
+
+// zoneSpecific reports whether another zone may help after err (P10.5):
+// not for zone-independent errors, throttling, or a transient failure
+// that names no zone (which says nothing about the zone, and moving
+// machines away from it would skew the spread); unclassified errors count
+// as zone-specific, as in Juju.
+func zoneSpecific(err error) bool {
+	var pe *muster.ProviderError
+	if !errors.As(err, &pe) {
+		return true
+	}
+	switch pe.Kind {
+	case muster.ErrZoneIndependent, muster.ErrThrottled:
+		return false
+	case muster.ErrUnavailable:
+		return pe.Zone != ""
+	}
+	return true
 }
 
 // finish records the instances started for jobs (P11, P12) in one
