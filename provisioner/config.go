@@ -20,9 +20,12 @@ type Store interface {
 // Store and Provider are required.
 type Config struct {
 	ControllerUUID string
-	Model          muster.Model // uuid, name, and the settings at start
-	Store          Store
-	Provider       muster.Provider
+	// Model names the model (UUID and Name). Its Settings must be valid,
+	// but each run starts from the settings the store holds then.
+	Model muster.Model
+
+	Store    Store
+	Provider muster.Provider
 	// AgentBinaries finds the agent binaries of P8; nil means none are
 	// available, so every start fails with a provisioning error.
 	AgentBinaries muster.AgentBinaryFinder
