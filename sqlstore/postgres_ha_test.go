@@ -89,17 +89,29 @@ func TestPostgresListenerReconnect(t *testing.T) {
 	}
 	defer w.Close()
 	<-w.Changes()
+	p.mu.Lock()
 	schema := p.schemas["reconnect"]
+	p.mu.Unlock()
+	const listening = `FROM pg_stat_activity WHERE query = 'LISTEN "muster_' || left(md5($1), 20) || '"'`
 	for round := range 3 {
-		// Kill both listeners (a's and b's) of the schema.
-		var killed int
-		err := p.admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE query = 'LISTEN "muster_' || left(md5($1), 20) || '"'`, schema).Scan(&killed)
-		if err != nil {
-			t.Fatalf("kill listeners: %v", err)
+		// Wait for both listeners (a's and b's) to listen again, then
+		// kill them.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var n int
+			if err := p.admin.QueryRow(`SELECT count(*) `+listening, schema).Scan(&n); err != nil {
+				t.Fatalf("count listeners: %v", err)
+			}
+			if n == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d listeners, want 2 within 20s", round, n)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if killed == 0 {
-			t.Fatalf("round %d: no listener connection found to kill", round)
+		if _, err := p.admin.Exec(`SELECT pg_terminate_backend(pid) `+listening, schema); err != nil {
+			t.Fatalf("kill listeners: %v", err)
 		}
 		// Changes made while the listener is down and after it is back.
 		nextSet(t, w, addOne(t, b, m.UUID))

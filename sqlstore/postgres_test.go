@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,12 +59,18 @@ func newPGSchemas(tb testing.TB) *pgSchemas {
 	tb.Cleanup(func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		for _, schema := range p.schemas {
-			if _, err := admin.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`); err != nil {
-				tb.Errorf("drop schema %s: %v", schema, err)
-			}
+		defer admin.Close()
+		if len(p.schemas) == 0 {
+			return
 		}
-		admin.Close()
+		// One statement: one commit for every schema of the test.
+		var names []string
+		for _, schema := range p.schemas {
+			names = append(names, `"`+schema+`"`)
+		}
+		if _, err := admin.Exec(`DROP SCHEMA IF EXISTS ` + strings.Join(names, ", ") + ` CASCADE`); err != nil {
+			tb.Errorf("drop schemas: %v", err)
+		}
 	})
 	return p
 }

@@ -58,7 +58,12 @@ func Run(t *testing.T, open OpenFunc) {
 		{"LeaseErrors", testLeaseErrors},
 		{"ControllerRegistry", testControllerRegistry},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
+		t.Run(tc.name, func(t *testing.T) {
+			// Each test has its own stores; running them side by side
+			// hides the latency of a database server.
+			t.Parallel()
+			tc.fn(t, h)
+		})
 	}
 }
 
