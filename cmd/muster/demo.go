@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -114,6 +115,15 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 		}
 	}
 
+	dash, err := c.DashboardURL(ctx)
+	if err != nil {
+		return err
+	}
+	if model != muster.DefaultModel {
+		dash += "#model=" + url.QueryEscape(model)
+	}
+	fmt.Fprintf(w, "dashboard: %s\n  (one-time sign-in link, valid %s; your browser will warn about the controller's own certificate)\n", dash, api.DashboardCodeTTL)
+
 	fmt.Fprintf(w, "applying the example fleet to model %s:\n", model)
 	if err := applyFleet(ctx, c, model, fleet, false, true, w, w); err != nil {
 		if ctx.Err() != nil {
@@ -140,15 +150,15 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 	}
 	fmt.Fprintf(w, `
 controller: %s
-dashboard: %s/
 controller log: %s
 
 In another terminal:
   export MUSTER_CONFIG=%s
   muster status -m %s
+  muster dashboard -m %s      # a new dashboard sign-in link
 
 Press Ctrl-C to stop the controller and remove %s.
-`, ctrl.url, ctrl.url, logPath, ctrl.clientPath, model, dir)
+`, ctrl.url, logPath, ctrl.clientPath, model, model, dir)
 	<-ctx.Done()
 	fmt.Fprintln(w, "stopping")
 	return nil
