@@ -33,6 +33,7 @@ type recProvider struct {
 	beforeStart func(ctx context.Context, sp muster.StartParams) error
 	afterStart  func(ctx context.Context, sp muster.StartParams, r muster.StartResult, err error) (muster.StartResult, error)
 	beforeStop  func(ctx context.Context, ids []string) error
+	listState   string // when set, every listed instance reports this state
 }
 
 var (
@@ -73,8 +74,15 @@ func (r *recProvider) StopInstances(ctx context.Context, ids ...string) error {
 func (r *recProvider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	r.mu.Lock()
 	r.lists++
+	state := r.listState
 	r.mu.Unlock()
-	return r.p.Instances(ctx)
+	insts, err := r.p.Instances(ctx)
+	if state != "" {
+		for i := range insts {
+			insts[i].State = state
+		}
+	}
+	return insts, err
 }
 
 func (r *recProvider) Zones(ctx context.Context) ([]muster.Zone, error) { return r.p.Zones(ctx) }

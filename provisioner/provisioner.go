@@ -544,10 +544,13 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	return err
 }
 
-// gone reports whether a listed instance is on its way out.
+// gone reports whether a listed instance is on its way out. A "stopped"
+// instance is not: it still exists (an EC2 instance can be started again, a
+// Docker container stopped behind muster's back still holds its volumes),
+// so it must still be harvested when its machine dies.
 func gone(state string) bool {
 	switch state {
-	case "stopping", "stopped", "terminated", "shutting-down":
+	case "terminated", "shutting-down":
 		return true
 	}
 	return false

@@ -342,3 +342,26 @@ func TestScenario16_DeadEventsWhileStopping(t *testing.T) {
 		t.Errorf("got %d StopInstances calls, want 1", len(got))
 	}
 }
+
+// TestStoppedInstanceIsStillHarvested: an instance stopped behind muster's
+// back (EC2 "stopped", an exited container) still exists, so when its
+// machine dies it is stopped for good rather than forgotten (no leak).
+func TestStoppedInstanceIsStillHarvested(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.start()
+	h.add(1, muster.MachineTemplate{})
+	h.waitFor("machine 0 running", h.running("0"))
+	inst := h.machine("0").InstanceID()
+	h.prov.setHooks(func(r *recProvider) { r.listState = "stopped" })
+	h.resync()
+	h.makeDead("0")
+	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
+	stops := h.prov.stopCalls()
+	if len(stops) != 1 || len(stops[0]) != 1 || stops[0][0] != inst {
+		t.Fatalf("got stop calls %v, want one for %s", stops, inst)
+	}
+	if _, ok := h.cloudInstances()[inst]; ok {
+		t.Errorf("instance %s still in the cloud", inst)
+	}
+}
