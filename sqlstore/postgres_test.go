@@ -122,7 +122,9 @@ func (p *pgSchemas) open(tb testing.TB, name string, opts ...sqlstore.Option) *s
 func TestPostgresConformance(t *testing.T) {
 	p := newPGSchemas(t)
 	storetest.Run(t, func(tb testing.TB, name string) muster.Store {
-		return p.open(tb, name)
+		// No polling: every wake-up must come from the store's own
+		// commits or from NOTIFY.
+		return p.open(tb, name, sqlstore.WithPollInterval(never))
 	})
 }
 

@@ -74,3 +74,15 @@ func TestOpenBarePathAndReopen(t *testing.T) {
 		t.Fatalf("model after reopen: %v", err)
 	}
 }
+
+func TestOpenBadPollInterval(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		s, err := sqlstore.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), sqlstore.WithPollInterval(d))
+		if err == nil {
+			s.Close()
+		}
+		if got := muster.ErrorCode(err); got != muster.EInvalid {
+			t.Fatalf("poll interval %s: got %v (code %q), want code %q", d, err, got, muster.EInvalid)
+		}
+	}
+}

@@ -56,6 +56,8 @@ type options struct {
 	clock muster.Clock
 	log   *slog.Logger
 	poll  time.Duration
+	// pollSet says WithPollInterval was given.
+	pollSet bool
 }
 
 // WithClock sets the clock that stamps created, updated and event times;
@@ -65,10 +67,13 @@ func WithClock(c muster.Clock) Option { return func(o *options) { o.clock = c } 
 // WithLogger sets the logger; default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithPollInterval sets how often watchers read the change log when no
-// write of this process woke them (writes of other processes are seen this
-// way); default 250ms.
-func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll = d } }
+// WithPollInterval sets how often watchers read the change log when
+// nothing woke them. On SQLite the writes of other processes are seen this
+// way (default 250ms); on PostgreSQL NOTIFY wakes the watchers and polling
+// is a safety net (default 5s).
+func WithPollInterval(d time.Duration) Option {
+	return func(o *options) { o.poll, o.pollSet = d, true }
+}
 
 // Open opens the store at url, creating the database schema and applying
 // migrations as needed:
@@ -78,14 +83,20 @@ func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll
 //     "postgresql://…"): PostgreSQL, with pgx's URL parameters; a
 //     search_path parameter selects the schema, which must exist.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
-	o := options{clock: muster.SystemClock, log: slog.Default(), poll: 250 * time.Millisecond}
+	o := options{clock: muster.SystemClock, log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.poll <= 0 {
+	pg := isPostgresURL(url)
+	switch {
+	case !o.pollSet && pg:
+		o.poll = 5 * time.Second // a safety net: NOTIFY wakes the watchers
+	case !o.pollSet:
+		o.poll = 250 * time.Millisecond
+	case o.poll <= 0:
 		return nil, muster.Errorf(muster.EInvalid, "bad poll interval %s: want more than zero", o.poll)
 	}
-	if isPostgresURL(url) {
+	if pg {
 		return openPostgres(ctx, url, o)
 	}
 	file, err := sqlitePath(url)
