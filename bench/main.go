@@ -1,0 +1,150 @@
+// Command bench measures muster's provisioner against the in-process sim
+// (SPEC §7, E1–E3): the real engine and a SQLite store in a temporary
+// directory, a cloud of three zones with a 50 ms start latency and a
+// request bucket of 10 burst and 50 a second.
+//
+//	go run ./bench [--machines N] [--json] [--scenario convergence|event-latency]
+//
+// The convergence scenario runs N machines of one group twice: "single"
+// (batch-starts off: one instance a call) and "batched" (batch starts of
+// up to 100 instances a call, with an instance bucket of 2,000 burst and
+// 500 a second). Each reports the seconds from the bulk add to every
+// machine recorded running, the lower bound the sim's buckets and latency
+// allow (see singleLowerBound and batchedLowerBound), their ratio and the
+// start calls per machine. The event-latency scenario brings up N machines
+// (default 10,000), then adds one machine at a time and reports how long
+// each took to reach the provider's start call, and how many full
+// instance listings the sim saw meanwhile (E1 wants none).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	machines := fs.Int("machines", 0, "machines to provision (default 1000; 10000 for event-latency)")
+	asJSON := fs.Bool("json", false, "print one JSON line instead of a table")
+	scenario := fs.String("scenario", "convergence", "convergence or event-latency")
+	adds := fs.Int("adds", 20, "single-machine adds measured by event-latency")
+	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	switch *scenario {
+	case "convergence":
+		n := *machines
+		if n == 0 {
+			n = 1000
+		}
+		if n < 1 {
+			return fmt.Errorf("bad --machines %d: want at least 1", n)
+		}
+		to := *timeout
+		if to == 0 {
+			to = time.Duration(3*singleLowerBound(n)*float64(time.Second)) + time.Minute
+		}
+		res, err := runConvergence(ctx, n, to)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(out, roundConvergence(res))
+		}
+		printConvergence(out, res)
+	case "event-latency":
+		n := *machines
+		if n == 0 {
+			n = 10000
+		}
+		if n < 1 || *adds < 1 {
+			return fmt.Errorf("bad --machines %d or --adds %d: want at least 1", n, *adds)
+		}
+		to := *timeout
+		if to == 0 {
+			to = time.Duration(3*batchedLowerBound(n)*float64(time.Second)) + time.Minute
+		}
+		res, err := runEventLatency(ctx, n, *adds, to)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(out, res)
+		}
+		printEventLatency(out, res)
+	default:
+		return fmt.Errorf("bad --scenario %q: want convergence or event-latency", *scenario)
+	}
+	return nil
+}
+
+func printJSON(out io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+func roundConvergence(c Convergence) Convergence {
+	for _, s := range []*Scenario{&c.Single, &c.Batched} {
+		s.Seconds = round3(s.Seconds)
+		s.LowerBoundSeconds = round3(s.LowerBoundSeconds)
+		s.Ratio = round3(s.Ratio)
+		s.StartCallsPerMachine = round3(s.StartCallsPerMachine)
+	}
+	return c
+}
+
+func printConvergence(out io.Writer, c Convergence) {
+	fmt.Fprintf(out, "convergence of %d machines (3 zones, start latency %s, request bucket %d burst / %g per s)\n\n",
+		c.Machines, startLatency, requestBurst, requestRate)
+	fmt.Fprintf(out, "%-8s %9s %12s %7s %12s %11s %9s  %s\n", "scenario", "seconds", "lower bound", "ratio", "calls/mach.", "start calls", "throttled", "zones a/b/c")
+	for _, r := range []struct {
+		name string
+		s    Scenario
+	}{{"single", c.Single}, {"batched", c.Batched}} {
+		fmt.Fprintf(out, "%-8s %9.3f %12.3f %7.3f %12.3f %11d %9d  %d/%d/%d\n", r.name, r.s.Seconds, r.s.LowerBoundSeconds,
+			r.s.Ratio, r.s.StartCallsPerMachine, r.s.startCalls, r.s.throttled, r.s.zones["a"], r.s.zones["b"], r.s.zones["c"])
+	}
+	speedup := 0.0
+	if c.Batched.Seconds > 0 {
+		speedup = c.Single.Seconds / c.Batched.Seconds
+	}
+	fmt.Fprintf(out, "\nbatched speed-up %.1fx, max zone skew %d, peak RSS %.1f MB, CPU %.2f s (%.2f s per 1,000 machines provisioned)\n",
+		speedup, c.MaxZoneSkew, c.PeakRSSMB, c.CPUSeconds, c.CPUSeconds/float64(2*c.Machines)*1000)
+}
+
+func printEventLatency(out io.Writer, e EventLatency) {
+	fmt.Fprintf(out, "event latency with %d running machines (brought up in %.1f s), %d single adds\n\n", e.Machines, e.ProvisionSeconds, e.Adds)
+	fmt.Fprintf(out, "add → StartInstance: median %.2f ms, p90 %.2f ms, max %.2f ms\n", e.MedianMS, e.P90MS, e.MaxMS)
+	verdict := "ok"
+	if e.FullListings != 0 {
+		verdict = "E1 VIOLATED"
+	}
+	fmt.Fprintf(out, "full instance listings during the adds: %d (%s)\n", e.FullListings, verdict)
+	fmt.Fprintf(out, "peak RSS %.1f MB, CPU %.2f s\n", e.PeakRSSMB, e.CPUSeconds)
+}
