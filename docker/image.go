@@ -4,14 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	pathpkg "path"
+	"slices"
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -22,15 +22,31 @@ import (
 )
 
 // ImageRepository is the repository of agent images; the tag is the first
-// 12 hex digits of the agent binary's SHA-256.
+// 12 hex digits of the agent binary's SHA-256 (of a static binary) or of
+// agentRoot.TagSum (binary, loader and libraries of a dynamic one).
 const ImageRepository = "muster-agent"
 
-// dockerfile is the whole recipe: the static agent binary on an empty
-// filesystem. The agent config is copied in per container.
+// LabelAgentRootSHA256 labels the image of a dynamically linked agent with
+// agentRoot.TagSum.
+const LabelAgentRootSHA256 = "muster-agent-root-sha256"
+
+// dockerfile is the whole recipe: the agent binary, and for a dynamic one
+// its loader and libraries, on an empty filesystem. The agent config is
+// copied in per container.
 const dockerfile = `FROM scratch
-COPY muster ` + AgentPath + `
+COPY rootfs/ /
 ENTRYPOINT ["` + AgentPath + `", "agent", "--config", "` + AgentConfigPath + `"]
 `
+
+// dockerfileFor is the Dockerfile of root.
+func dockerfileFor(root *agentRoot) string {
+	if len(root.LibDirs) == 0 {
+		return dockerfile
+	}
+	env := "ENV LD_LIBRARY_PATH=" + strings.Join(root.LibDirs, ":") + "\n"
+	i := strings.Index(dockerfile, "ENTRYPOINT")
+	return dockerfile[:i] + env + dockerfile[i:]
+}
 
 // buildSem serialises image builds in this process, so that providers of
 // several models sharing one binary build it once.
@@ -109,26 +125,6 @@ func elfArch(m elf.Machine) string {
 	return m.String()
 }
 
-// checkStatic returns the binary's arch, or a zone-independent error when it
-// is not a statically linked Linux ELF executable: an image built FROM
-// scratch has no dynamic loader or libraries.
-func checkStatic(path string, data []byte) (string, error) {
-	f, err := elf.NewFile(bytes.NewReader(data))
-	if err != nil {
-		return "", zoneIndependent("agent binary %s is not a linux executable: %v", path, err)
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return "", zoneIndependent("agent binary %s is dynamically linked; containers start FROM scratch, so build it static (CGO_ENABLED=0)", path)
-		}
-	}
-	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
-		return "", zoneIndependent("agent binary %s needs shared libraries %v; build it static (CGO_ENABLED=0)", path, libs)
-	}
-	return elfArch(f.Machine), nil
-}
-
 // EnsureImage returns the agent image reference, building the image from
 // Config.AgentBinary when no image for this binary exists yet. The result is
 // cached for the life of the provider.
@@ -153,9 +149,9 @@ func (p *Provider) agentFor(sp muster.StartParams, arch string) (path, sum strin
 }
 
 // ensureImage returns the image of the binary at path, building it when
-// missing. wantSum, when known, is the binary's SHA-256: an image already
-// labelled with it is used without reading the binary, and a binary that
-// does not match it is refused.
+// missing. wantSum, when known, is the binary's SHA-256: an image of a
+// static binary already labelled with it is used without reading the
+// binary, and a binary that does not match it is refused.
 func (p *Provider) ensureImage(ctx context.Context, path, wantSum string) (*agentImage, error) {
 	key := path
 	if wantSum != "" {
@@ -176,42 +172,54 @@ func (p *Provider) ensureImage(ctx context.Context, path, wantSum string) (*agen
 	}
 	defer func() { <-buildSem }()
 
-	var data []byte
-	hexSum := wantSum
-	if hexSum == "" {
-		if data, err = p.readAgent(path, ei.Arch); err != nil {
+	var ins client.ImageInspectResult
+	var ref string
+	found := false
+	if wantSum != "" {
+		if len(wantSum) < 12 {
+			return nil, zoneIndependent("agent binary %s: bad sha256 %q", path, wantSum)
+		}
+		ref = ImageRepository + ":" + wantSum[:12]
+		ins, err = p.cli.ImageInspect(ctx, ref)
+		switch {
+		case err == nil && ins.Config != nil && ins.Config.Labels[LabelAgentSHA256] == wantSum && ins.Config.Labels[LabelAgentRootSHA256] == "":
+			found = true
+		case err != nil && !cerrdefs.IsNotFound(err):
+			return nil, classify(err, "inspect image "+ref)
+		}
+	}
+	sum := wantSum
+	if !found {
+		root, err := p.readAgent(path, ei.Arch)
+		if err != nil {
 			return nil, err
 		}
-		sum := sha256.Sum256(data)
-		hexSum = hex.EncodeToString(sum[:])
-	}
-	if len(hexSum) < 12 {
-		return nil, zoneIndependent("agent binary %s: bad sha256 %q", path, hexSum)
-	}
-	ref := ImageRepository + ":" + hexSum[:12]
-	ins, err := p.cli.ImageInspect(ctx, ref)
-	switch {
-	case err == nil && ins.Config != nil && ins.Config.Labels[LabelAgentSHA256] == hexSum:
-		// Reuse.
-	case err == nil || cerrdefs.IsNotFound(err):
-		if data == nil {
-			if data, err = p.readAgent(path, ei.Arch); err != nil {
+		if wantSum != "" && root.SHA256 != wantSum {
+			return nil, zoneIndependent("agent binary %s does not match its sha256 %s", path, wantSum)
+		}
+		sum = root.SHA256
+		tagSum := root.TagSum()
+		rootLabel := ""
+		if root.Dynamic() {
+			rootLabel = tagSum
+		}
+		ref = ImageRepository + ":" + tagSum[:12]
+		ins, err = p.cli.ImageInspect(ctx, ref)
+		switch {
+		case err == nil && ins.Config != nil && ins.Config.Labels[LabelAgentSHA256] == sum && ins.Config.Labels[LabelAgentRootSHA256] == rootLabel:
+			// Reuse.
+		case err == nil || cerrdefs.IsNotFound(err):
+			if err := p.buildImage(ctx, ref, path, root); err != nil {
 				return nil, err
 			}
-			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != hexSum {
-				return nil, zoneIndependent("agent binary %s does not match its sha256 %s", path, hexSum)
+			if ins, err = p.cli.ImageInspect(ctx, ref); err != nil {
+				return nil, classify(err, "inspect built image "+ref)
 			}
+		default:
+			return nil, classify(err, "inspect image "+ref)
 		}
-		if err := p.buildImage(ctx, ref, hexSum, path, data); err != nil {
-			return nil, err
-		}
-		if ins, err = p.cli.ImageInspect(ctx, ref); err != nil {
-			return nil, classify(err, "inspect built image "+ref)
-		}
-	default:
-		return nil, classify(err, "inspect image "+ref)
 	}
-	img = &agentImage{Ref: ref, ID: ins.ID, SHA256: hexSum, Arch: engineArch(ins.Architecture)}
+	img = &agentImage{Ref: ref, ID: ins.ID, SHA256: sum, Arch: engineArch(ins.Architecture)}
 	if img.Arch == "" {
 		img.Arch = ei.Arch
 	}
@@ -221,34 +229,55 @@ func (p *Provider) ensureImage(ctx context.Context, path, wantSum string) (*agen
 	return img, nil
 }
 
-// readAgent reads a binary and checks that it runs FROM scratch on the
-// engine.
-func (p *Provider) readAgent(path, engineArch string) ([]byte, error) {
+// readAgent reads a binary, and the loader and libraries of a dynamic one,
+// and checks that it runs on the engine.
+func (p *Provider) readAgent(path, engineArch string) (*agentRoot, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, zoneIndependent("read agent binary: %v", err)
 	}
-	arch, err := checkStatic(path, data)
+	root, err := agentRootOf(path, data)
 	if err != nil {
 		return nil, err
 	}
-	if arch != engineArch {
-		return nil, zoneIndependent("agent binary %s is for %s but the docker engine runs %s", path, arch, engineArch)
+	if root.Arch != engineArch {
+		return nil, zoneIndependent("agent binary %s is for %s but the docker engine runs %s", path, root.Arch, engineArch)
 	}
-	return data, nil
+	return root, nil
 }
 
-// buildContext is a tar of the Dockerfile and the binary.
-func buildContext(binary []byte) ([]byte, error) {
+// buildContext is a tar of the Dockerfile and rootfs/: the binary as
+// rootfs/muster, and the loader and libraries under their paths.
+func buildContext(root *agentRoot) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	files := []struct {
+	type file struct {
 		name string
 		mode int64
 		data []byte
-	}{
-		{"Dockerfile", 0o644, []byte(dockerfile)},
-		{"muster", 0o755, binary},
+	}
+	files := []file{
+		{"Dockerfile", 0o644, []byte(dockerfileFor(root))},
+		{"rootfs" + AgentPath, 0o755, root.Binary},
+	}
+	dirs := map[string]bool{"rootfs": true}
+	var dirList []string
+	for _, f := range root.Files {
+		name := "rootfs" + f.Path
+		for d := pathpkg.Dir(name); !dirs[d]; d = pathpkg.Dir(d) {
+			dirs[d] = true
+			dirList = append(dirList, d)
+		}
+		files = append(files, file{name, 0o755, f.Data})
+	}
+	slices.Sort(dirList)
+	if err := tw.WriteHeader(&tar.Header{Name: "rootfs/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+		return nil, err
+	}
+	for _, d := range dirList {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+			return nil, err
+		}
 	}
 	for _, f := range files {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
@@ -264,19 +293,23 @@ func buildContext(binary []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func (p *Provider) buildImage(ctx context.Context, ref, sum, path string, binary []byte) error {
-	bc, err := buildContext(binary)
+func (p *Provider) buildImage(ctx context.Context, ref, path string, root *agentRoot) error {
+	bc, err := buildContext(root)
 	if err != nil {
 		return fmt.Errorf("docker: build context: %w", err)
 	}
-	p.log.Info("building agent image", "image", ref, "binary", path)
+	labels := map[string]string{LabelImage: "agent", LabelAgentSHA256: root.SHA256}
+	if root.Dynamic() {
+		labels[LabelAgentRootSHA256] = root.TagSum()
+	}
+	p.log.Info("building agent image", "image", ref, "binary", path, "libraries", len(root.Files))
 	res, err := p.cli.ImageBuild(ctx, bytes.NewReader(bc), client.ImageBuildOptions{
 		Tags:        []string{ref},
 		Dockerfile:  "Dockerfile",
 		Remove:      true,
 		ForceRemove: true,
 		Version:     build.BuilderV1,
-		Labels:      map[string]string{LabelImage: "agent", LabelAgentSHA256: sum},
+		Labels:      labels,
 	})
 	if err != nil {
 		return classify(err, "build image "+ref)

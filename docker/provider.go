@@ -57,8 +57,9 @@ type Config struct {
 	Subnets map[string]string
 	// NetworkMode is NetworkBridge (default) or NetworkHost.
 	NetworkMode string
-	// AgentBinary is the path of the static linux agent binary put into the
-	// image; default os.Executable().
+	// AgentBinary is the path of the linux agent binary put into the image
+	// (with its loader and libraries when it is dynamically linked);
+	// default os.Executable().
 	AgentBinary string
 	// Host is the engine address, e.g. "unix:///var/run/docker.sock";
 	// default from DOCKER_HOST or the platform default.

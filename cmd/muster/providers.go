@@ -169,8 +169,8 @@ func openSimProvider(ctx context.Context, env providerEnv) (*modelProvider, erro
 // each network's gateway address (the host's address on that network,
 // reachable only from this host and its containers), and those addresses
 // go into the agents' configuration. The agent binary put into the image
-// must be static: build muster with CGO_ENABLED=0, or the provider refuses
-// to start instances with a clear error.
+// may be dynamically linked (`go run` with cgo on): the provider copies its
+// loader and libraries from this host into the image.
 func openDockerProvider(ctx context.Context, env providerEnv) (*modelProvider, error) {
 	cfg := docker.Config{
 		ControllerUUID: env.controllerUUID,
