@@ -309,3 +309,54 @@ func (p *Provider) lockToken(ctx context.Context, token string) (func(), error) 
 	}
 	return func() { <-l.sem; drop() }, nil
 }
+
+// Resources returns the engine's CPUs and memory (MiB): the largest cores
+// and mem constraints a start can satisfy.
+func (p *Provider) Resources(ctx context.Context) (cores int, memMiB uint64, err error) {
+	ei, err := p.engineInfo(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ei.NCPU, uint64(ei.MemTotal) / mib, nil
+}
+
+// Leftovers lists what the engine still holds of this model: containers
+// (in any state), networks and volumes with its controller and model
+// labels, as "container NAME", "network NAME" and "volume NAME", sorted.
+func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
+	f := p.ownFilters()
+	var out []string
+	cs, err := p.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, classify(err, "list containers")
+	}
+	for _, c := range cs.Items {
+		if p.isOwn(c.Labels) {
+			name := c.ID
+			if len(c.Names) > 0 {
+				name = strings.TrimPrefix(c.Names[0], "/")
+			}
+			out = append(out, "container "+name)
+		}
+	}
+	ns, err := p.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return nil, classify(err, "list networks")
+	}
+	for _, n := range ns.Items {
+		if p.isOwn(n.Labels) {
+			out = append(out, "network "+n.Name)
+		}
+	}
+	vs, err := p.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return nil, classify(err, "list volumes")
+	}
+	for _, v := range vs.Items {
+		if p.isOwn(v.Labels) {
+			out = append(out, "volume "+v.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

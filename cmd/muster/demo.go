@@ -15,6 +15,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/docker"
 	"github.com/spf13/cobra"
 )
 
@@ -26,8 +27,19 @@ var demoFleet []byte
 
 // demoAgentGrace is how long the demo waits, once every instance runs, for
 // a first simulated agent to report its machine started before it stops
-// waiting for agents.
-const demoAgentGrace = 5 * time.Second
+// waiting for agents; demoDockerAgentGrace is the same for agents in
+// containers.
+const (
+	demoAgentGrace       = 5 * time.Second
+	demoDockerAgentGrace = 20 * time.Second
+)
+
+// demoTeardownWait bounds, on exit, the wait for the demo model's instances
+// to be stopped; demoTeardownTimeout bounds the whole teardown.
+const (
+	demoTeardownWait    = 20 * time.Second
+	demoTeardownTimeout = 45 * time.Second
+)
 
 // demoAgentWait bounds the whole wait for simulated agents.
 const demoAgentWait = 60 * time.Second
@@ -41,7 +53,13 @@ func newDemoCmd() *cobra.Command {
 apply an example fleet (examples/fleet.yaml: 12 machines in 3 groups), show
 progress until it converges, then print the status and how to reach the
 controller from another terminal. It runs until Ctrl-C, then stops the
-controller and removes the directory.`,
+controller and removes the directory.
+
+With --provider docker the machines are containers on the local Docker
+Engine (one network per zone a, b, c), each running this binary as its
+agent; constraints larger than the Docker host are capped to fit it. On
+Ctrl-C the demo removes its machines, waits for their containers to go,
+and removes the model and its networks before the controller stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, ok := providers[provider]; !ok {
@@ -110,8 +128,33 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 	model := muster.DefaultModel
 	if provider != "sim" {
 		model = "demo"
-		if _, err := c.AddModel(ctx, api.AddModelRequest{Name: model, Provider: provider}); err != nil {
-			return err
+		info, addErr := c.AddModel(ctx, api.AddModelRequest{Name: model, Provider: provider})
+		if addErr != nil {
+			return addErr
+		}
+		var dk *docker.Provider
+		if provider == "docker" {
+			var dkErr error
+			dk, dkErr = docker.New(ctx, docker.Config{ControllerUUID: info.ControllerUUID, ModelUUID: info.UUID, ModelName: model, Logger: logger})
+			if dkErr != nil {
+				return dkErr
+			}
+			defer dk.Close()
+		}
+		// Deferred after the controller's Close, so run before it.
+		defer func() {
+			if tErr := teardownDemoModel(c, dk, model, w); tErr != nil && err == nil {
+				err = tErr
+			}
+		}()
+		if dk != nil {
+			cores, mem, err := dk.Resources(ctx)
+			if err != nil {
+				return err
+			}
+			if fleet, err = fitFleet(fleet, uint64(cores), mem, w); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -131,7 +174,7 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 		}
 		return err
 	}
-	if err := waitAgents(ctx, c, model, w); err != nil {
+	if err := waitAgents(ctx, c, model, provider, w); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -164,16 +207,21 @@ Press Ctrl-C to stop the controller and remove %s.
 	return nil
 }
 
-// waitAgents waits, when the model runs simulated agents, until every
-// machine is started. It stops waiting when no agent at all reports within
-// demoAgentGrace (the provider may run none).
-func waitAgents(ctx context.Context, c *api.Client, model string, w io.Writer) error {
-	cfg, err := c.ModelConfig(ctx, model)
-	if err != nil {
-		return err
-	}
-	if cfg["sim-agents"] != "true" {
-		return nil
+// waitAgents waits, when the model runs agents (simulated, or in docker
+// containers), until every machine is started. It stops waiting when no
+// agent at all reports within the grace period (the provider may run none).
+func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io.Writer) error {
+	grace := demoAgentGrace
+	if provider == "docker" {
+		grace = demoDockerAgentGrace
+	} else {
+		cfg, err := c.ModelConfig(ctx, model)
+		if err != nil {
+			return err
+		}
+		if cfg["sim-agents"] != "true" {
+			return nil
+		}
 	}
 	st, err := c.Status(ctx, model)
 	if err != nil {
@@ -201,7 +249,7 @@ func waitAgents(ctx context.Context, c *api.Client, model string, w io.Writer) e
 				return
 			case <-t.C:
 			}
-			if time.Since(start) < demoAgentGrace {
+			if time.Since(start) < grace {
 				continue
 			}
 			st, err := c.Status(wctx, model)
@@ -222,7 +270,7 @@ func waitAgents(ctx context.Context, c *api.Client, model string, w io.Writer) e
 	}()
 	_, err = waitForShowing(wctx, c, model, goals, w, "agents starting", agentState)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		fmt.Fprintln(w, "(not every simulated agent reported; going on)")
+		fmt.Fprintln(w, "(not every agent reported; going on)")
 		return nil
 	}
 	return err
@@ -242,4 +290,134 @@ func agentState(m api.MachineStatus, ok bool) string {
 // agentStarted is reached when a machine's agent has reported it started.
 func agentStarted(_ string, m api.MachineStatus, ok bool) (bool, string) {
 	return !ok || m.Status == string(muster.StatusStarted), ""
+}
+
+// fitFleet caps the groups' cores and mem constraints at what the docker
+// host has (a container cannot have more), telling w what it changed.
+func fitFleet(f *fleetFile, cores, memMiB uint64, w io.Writer) (*fleetFile, error) {
+	out := &fleetFile{Groups: make([]fleetGroup, len(f.Groups))}
+	copy(out.Groups, f.Groups)
+	for i := range out.Groups {
+		g := &out.Groups[i]
+		cons, err := muster.ParseConstraints(g.Constraints)
+		if err != nil {
+			return nil, fmt.Errorf("group %q: %w", g.Name, err)
+		}
+		was := cons.String()
+		if cores > 0 && cons.Cores > cores {
+			cons.Cores = cores
+		}
+		if memMiB > 0 && cons.Mem > memMiB {
+			cons.Mem = memMiB
+		}
+		if now := cons.String(); now != was {
+			fmt.Fprintf(w, "the docker host has %d CPUs and %s of memory: group %s gets %q instead of %q\n",
+				cores, muster.FormatSize(memMiB), g.Name, now, was)
+			g.Constraints = now
+		}
+	}
+	return out, nil
+}
+
+// teardownDemoModel removes the demo model of a provider other than the
+// sim, so that nothing stays behind on the provider: its machines at once
+// (force), then, once their instances are gone (at most demoTeardownWait),
+// the model, whose removal makes the controller remove the provider's
+// networks. With dk it checks that the docker engine holds nothing of the
+// model any more, and removes left-over networks and volumes itself.
+func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), demoTeardownTimeout)
+	defer cancel()
+	st, err := c.Status(ctx, model)
+	if err != nil {
+		return fmt.Errorf("remove demo model: %w", err)
+	}
+	ids := make([]string, 0, len(st.Machines))
+	for id := range st.Machines {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if len(ids) > 0 {
+		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(ids), model)
+		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: ids, Force: true}); err != nil {
+			return fmt.Errorf("remove demo machines: %w", err)
+		}
+	}
+	// Wait for the provisioner to stop the instances and forget the
+	// machines.
+	wctx, wcancel := context.WithTimeout(ctx, demoTeardownWait)
+	left, containers := len(ids), 0
+	for left > 0 || containers > 0 {
+		if st, err := c.Status(wctx, model); err == nil {
+			left = len(st.Machines)
+		}
+		if dk != nil {
+			if lo, err := dk.Leftovers(wctx); err == nil {
+				containers = 0
+				for _, l := range lo {
+					if strings.HasPrefix(l, "container ") {
+						containers++
+					}
+				}
+			}
+		}
+		if left == 0 && containers == 0 {
+			break
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+		if wctx.Err() != nil {
+			break
+		}
+	}
+	wcancel()
+	if left > 0 || containers > 0 {
+		fmt.Fprintf(w, "after %s, %d machines and %d containers remain\n", demoTeardownWait, left, containers)
+	}
+	// The model goes once its machines have.
+	for {
+		err := c.RemoveModel(ctx, model)
+		if err == nil {
+			fmt.Fprintf(w, "removed model %s\n", model)
+			break
+		}
+		if muster.ErrorCode(err) != muster.EConflict || ctx.Err() != nil {
+			return fmt.Errorf("remove demo model: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if dk == nil {
+		return nil
+	}
+	// The controller removes the networks as it stops the model's
+	// provisioner; wait for that, then sweep what is left.
+	var lo []string
+	for {
+		if lo, err = dk.Leftovers(ctx); err != nil {
+			return fmt.Errorf("list the demo's docker objects: %w", err)
+		}
+		if len(lo) == 0 {
+			fmt.Fprintln(w, "no container, network or volume of the demo is left")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer ccancel()
+	cerr := dk.Cleanup(cctx)
+	if lo, err = dk.Leftovers(cctx); err == nil && len(lo) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the demo left on docker: %s (%v)", strings.Join(lo, ", "), cerr)
 }
