@@ -145,6 +145,9 @@ func newEnv(ctx context.Context, cfg envConfig) (*env, error) {
 		e.close()
 		return nil, err
 	}
+	if os.Getenv("MUSTER_BENCH_LOG") != "" {
+		discard = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	e.prov, err = provisioner.New(provisioner.Config{
 		ControllerUUID: controllerUUID,
 		Model:          e.model,
@@ -206,6 +209,7 @@ type runningWatch struct {
 	e       *env
 	w       muster.Watcher
 	running map[string]bool
+	want    int // for trace
 }
 
 func (e *env) watchRunning(ctx context.Context) (*runningWatch, error) {
@@ -276,6 +280,10 @@ func converge(ctx context.Context, n int, batched bool, timeout time.Duration) (
 	start := time.Now()
 	if _, err := e.add(ctx, n); err != nil {
 		return Scenario{}, err
+	}
+	rw.want = n
+	if os.Getenv("MUSTER_BENCH_TRACE") != "" {
+		go trace(ctx, e, start, rw)
 	}
 	if err := rw.until(ctx, n, timeout); err != nil {
 		return Scenario{}, err
@@ -426,4 +434,22 @@ type binaries struct{}
 
 func (binaries) FindAgentBinaries(_ context.Context, version, os, arch string) ([]muster.AgentBinary, error) {
 	return []muster.AgentBinary{{Version: version, OS: os, Arch: arch, URL: "https://example.invalid/muster-" + arch}}, nil
+}
+
+// trace prints the sim's counters every 250ms (MUSTER_BENCH_TRACE set).
+func trace(ctx context.Context, e *env, start time.Time, rw *runningWatch) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if len(rw.running) >= rw.want {
+			return
+		}
+		st := e.cloud.Stats()
+		fmt.Fprintf(os.Stderr, "%6.2fs instances %5d calls %5d throttled %5d\n", time.Since(start).Seconds(), st.Instances, st.Calls[sim.CallStart], st.Throttled[sim.CallStart])
+	}
 }

@@ -20,11 +20,11 @@ func TestLimiterAdapts(t *testing.T) {
 		want float64
 	}{
 		{"configured", func() {}, 100},
-		{"throttle halves", l.throttled, 50},
+		{"throttle with no accepted rate to go by halves", l.throttled, 50},
 		{"second throttle in the window is ignored", l.throttled, 50},
 		{"throttle after the window halves again", func() { clk.Advance(cutWindow); l.throttled() }, 25},
-		{"success raises by a tenth", l.succeeded, 27.5},
-		{"reconfigure keeps a reduced rate", func() { l.configure(200, 10) }, 27.5},
+		{"success raises by a 500th of the configured rate", l.succeeded, 25.2},
+		{"reconfigure keeps a reduced rate", func() { l.configure(200, 10) }, 25.2},
 		{"reconfigure below the current rate", func() { l.configure(20, 10) }, 20},
 	}
 	for _, st := range steps {
@@ -39,6 +39,56 @@ func TestLimiterAdapts(t *testing.T) {
 	}
 	if got := l.rateNow(); got != 20.0/64 {
 		t.Errorf("got rate %v after many throttles, want the floor %v", got, 20.0/64)
+	}
+}
+
+// TestLimiterLearnsAcceptedRate: a cloud that accepts 50 calls a second
+// and throttles the rest brings a limiter configured for 100 down to just
+// above 50, and keeps it there however often it throttles: never below
+// what the cloud accepts (no idle gaps), never back at 100.
+func TestLimiterLearnsAcceptedRate(t *testing.T) {
+	clk := fakeclock.New(time.Unix(1000, 0))
+	l := newLimiter(clk, 100, 20)
+	accept := func(d time.Duration) { // successes at 50 a second for d
+		for i := time.Duration(0); i < d; i += 20 * time.Millisecond {
+			clk.Advance(20 * time.Millisecond)
+			l.succeeded()
+		}
+	}
+	accept(time.Second)
+	l.throttled()
+	if got := l.rateNow(); got < 50 || got > 60 {
+		t.Fatalf("got rate %v after the first throttle, want between the accepted 50 and 60", got)
+	}
+	for i := 0; i < 40; i++ {
+		accept(cutWindow)
+		l.throttled()
+		if got := l.rateNow(); got < 50 || got > 60 {
+			t.Fatalf("window %d: got rate %v, want between the accepted 50 and 60", i, got)
+		}
+	}
+}
+
+func TestThrottleDelay(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int
+		rate float64
+		want time.Duration
+	}{
+		{"first retry waits one call's turn", 0, 50, 20 * time.Millisecond},
+		{"quick retries at most 100ms", 1, 2, 100 * time.Millisecond},
+		{"no rate", 0, 0, 100 * time.Millisecond},
+		{"backs off after the quick retries", quickThrottleRetries, 50, 100 * time.Millisecond},
+		{"doubling", quickThrottleRetries + 2, 50, 400 * time.Millisecond},
+		{"capped", 40, 50, 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := throttleDelay(tt.n, tt.rate); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 

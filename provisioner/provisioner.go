@@ -935,9 +935,12 @@ func (p *Provisioner) appendEvents(ctx context.Context, evs ...muster.Event) {
 }
 
 // call makes one provider call through the model's rate limiter (E2).
-// A throttled call is made again after a jittered, growing delay, without
-// counting as a failed attempt, up to maxThrottleRetries times; then the
-// throttled error is returned.
+// A throttled call is made again, without counting as a failed attempt,
+// up to maxThrottleRetries times; then the throttled error is returned.
+// It waits a short, randomly spread delay (so that the calls throttled
+// together do not come back in lockstep) and then queues in the limiter
+// again, whose rate the throttle has cut; only a call throttled again and
+// again backs off for longer (throttleDelay).
 func (p *Provisioner) call(ctx context.Context, kind string, fn func(ctx context.Context) error) error {
 	for n := 0; ; n++ {
 		if err := p.lim.wait(ctx); err != nil {
@@ -961,9 +964,10 @@ func (p *Provisioner) call(ctx context.Context, kind string, fn func(ctx context
 			return err
 		}
 		p.lim.throttled()
-		p.obs.Throttled(kind, p.lim.rateNow())
+		r := p.lim.rateNow()
+		p.obs.Throttled(kind, r)
 		p.log.Debug("provider call throttled", "call", kind, "retry", n+1)
-		if err := p.sleep(ctx, p.jitter(throttleDelay(n))); err != nil {
+		if err := p.sleep(ctx, p.spread(throttleDelay(n, r))); err != nil {
 			return err
 		}
 	}
@@ -971,7 +975,17 @@ func (p *Provisioner) call(ctx context.Context, kind string, fn func(ctx context
 
 // maxThrottleRetries bounds how often one call is made again after being
 // throttled.
-const maxThrottleRetries = 8
+const maxThrottleRetries = 16
+
+// spread returns a random duration between d/2 and 3d/2.
+func (p *Provisioner) spread(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	p.rndMu.Lock()
+	defer p.rndMu.Unlock()
+	return d/2 + time.Duration(p.rnd.Int64N(int64(d)+1))
+}
 
 // sleep waits d on the clock, or until ctx ends.
 func (p *Provisioner) sleep(ctx context.Context, d time.Duration) error {

@@ -62,16 +62,29 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 	if err != nil {
 		return fmt.Errorf("read provisioning info: %w", err)
 	}
-	var grouped []string
+	// The members of each group, asked for one machine per group: the
+	// answer for every pending machine would grow with the square of the
+	// group's size.
+	var reps []string
+	seen := map[string]bool{}
 	for _, id := range ids {
-		if info, ok := infos[id]; ok && info.Group != "" {
-			grouped = append(grouped, id)
+		if info, ok := infos[id]; ok && info.Group != "" && !seen[info.Group] {
+			seen[info.Group] = true
+			reps = append(reps, id)
 		}
 	}
-	var groups map[string][]string
 	var groupErr error
-	if len(grouped) > 0 {
-		groups, groupErr = p.cfg.Store.DistributionGroups(ctx, p.modelUUID, grouped)
+	if len(reps) > 0 {
+		var groups map[string][]string
+		groups, groupErr = p.cfg.Store.DistributionGroups(ctx, p.modelUUID, reps)
+		if groupErr == nil {
+			for _, id := range reps {
+				g := infos[id].Group
+				for _, member := range groups[id] {
+					p.zones.setGroup(member, g)
+				}
+			}
+		}
 	}
 	now := p.clock.Now()
 	var (
@@ -93,9 +106,7 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 				failEvs = append(failEvs, p.newEvent(m.ID, "error", msg))
 				continue
 			}
-			for _, member := range groups[m.ID] {
-				p.zones.setGroup(member, info.Group)
-			}
+			p.zones.setGroup(m.ID, info.Group)
 		}
 		// Every start gets a fresh launch token, nonce and password,
 		// recorded together before the provider is called (C1): an
