@@ -110,6 +110,7 @@ func (s *Server) routes() {
 	// rd: read-only routes the dashboard uses, where its session cookie
 	// stands in for the admin token. Never a mutating route (CSRF).
 	rd := s.adminOrDashboard
+	m.Handle("GET /v1/controllers", a(s.handleControllers))
 	m.Handle("GET /v1/models", rd(s.handleModels))
 	m.Handle("POST /v1/models", a(s.handleAddModel))
 	m.Handle("GET /v1/models/{model}", a(s.handleModel))

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/auth"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 )
@@ -28,6 +32,14 @@ type globalOptions struct {
 // probeTimeout bounds the check of one controller URL when the config
 // lists several.
 const probeTimeout = 5 * time.Second
+
+// dialTimeout bounds the TCP connect and TLS handshake to one controller:
+// a controller host that is down (no refusal, no answer) sends the CLI to
+// the next controller quickly.
+const dialTimeout = 2 * time.Second
+
+// refreshTimeout bounds the request that learns the live controllers.
+const refreshTimeout = 2 * time.Second
 
 // configPath is the client config to use: --config, MUSTER_CONFIG, else
 // the default.
@@ -66,7 +78,50 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 	if err != nil {
 		return nil, "", err
 	}
+	refreshControllers(ctx, path, cc, c)
 	return c, model, nil
+}
+
+// refreshControllers learns the live controllers from the one that
+// answered and writes them to the client config at path when they
+// changed: the controller that answered first, then the others the store
+// has registered. Controllers no longer registered are forgotten. Any
+// failure leaves the config as it is (an older controller has no list).
+func refreshControllers(ctx context.Context, path string, cc *clientConfig, c *api.Client) {
+	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	live, err := c.Controllers(rctx)
+	if err != nil || len(live) == 0 {
+		return
+	}
+	urls := []string{c.URL()}
+	for _, l := range live {
+		if l.URL != c.URL() {
+			urls = append(urls, l.URL)
+		}
+	}
+	if slices.Equal(urls, cc.Controllers) {
+		return
+	}
+	cc.Controllers = urls
+	if err := cc.save(path); err != nil {
+		fmt.Fprintf(os.Stderr, "warning: could not record the controllers' addresses in %s: %v\n", path, err)
+	}
+}
+
+// newCLIHTTPClient is the CLI's HTTP client of one controller: it trusts
+// the controller's CA and gives up quickly on a controller that does not
+// answer the connection.
+func newCLIHTTPClient(caCert []byte) (*http.Client, error) {
+	tlsCfg, err := auth.ClientTLSConfig(caCert)
+	if err != nil {
+		return nil, &muster.Error{Code: muster.EInvalid, Message: err.Error(), Err: err}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = dialTimeout
+	tr.TLSClientConfig = tlsCfg
+	return &http.Client{Transport: tr}, nil
 }
 
 // dialControllers returns a client of the first of cc's controllers that
@@ -74,8 +129,12 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 // reports what is wrong.
 func dialControllers(ctx context.Context, cc *clientConfig) (*api.Client, error) {
 	var lastErr error
+	hc, err := newCLIHTTPClient([]byte(cc.CACert))
+	if err != nil {
+		return nil, err
+	}
 	for _, u := range cc.Controllers {
-		c, err := api.NewClient(api.ClientConfig{URL: u, CACert: []byte(cc.CACert), Token: cc.Token})
+		c, err := api.NewClient(api.ClientConfig{URL: u, CACert: []byte(cc.CACert), Token: cc.Token, HTTPClient: hc})
 		if err != nil {
 			lastErr = err
 			continue

@@ -10,13 +10,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/provisioner"
+	"github.com/musterhq/muster/sim"
 	"github.com/musterhq/muster/sqlstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -26,6 +29,30 @@ import (
 const (
 	cfgControllerUUID = "controller-uuid"
 	cfgAdminTokenHash = "admin-token-hash"
+	// The CA, shared by every controller of the store: the first
+	// controller's wins.
+	cfgCACert = "ca-cert"
+	cfgCAKey  = "ca-key"
+)
+
+// controllerIDFile holds a controller's own id in its data dir: the lease
+// holder and registry name of this controller among those sharing a store
+// (the controller uuid is the same for all of them).
+const controllerIDFile = "controller-id"
+
+// Timings of the controllers sharing a store.
+const (
+	// defaultLeaseTTL is the life of a model lease; the holder renews it
+	// every third of it and stops provisioning a fifth of it before it
+	// could expire.
+	defaultLeaseTTL = 10 * time.Second
+	// leasePoll is how often a controller that runs no provisioner for a
+	// model tries to take its lease.
+	leasePoll = time.Second
+	// registerTTL is how long a controller's registered API address lives
+	// without a refresh; it is refreshed every registerEvery.
+	registerTTL   = 30 * time.Second
+	registerEvery = 10 * time.Second
 )
 
 // controllerConfig configures a controller; flags map onto it.
@@ -42,6 +69,24 @@ type controllerConfig struct {
 	// AgentBinary is the controller's own agent binary, registered in the
 	// agent binary catalogue at start; default os.Executable().
 	AgentBinary string
+
+	// APIAddress is the host:port other controllers' clients reach this
+	// controller at, registered in the store; default the listen address
+	// (127.0.0.1 for an unspecified host). Its host is in the server
+	// certificate.
+	APIAddress string
+	// ClientConfigFrom is a client config of the controllers this one joins
+	// (its token matches the store's): copied, with this controller's URL
+	// added, to <data-dir>/client.yaml when this controller does not make
+	// the admin token itself.
+	ClientConfigFrom string
+	// DefaultSimEndpoint, when set, makes the default model a sim model at
+	// this `muster sim serve` URL. On a shared (PostgreSQL) store the
+	// default model is created only when it is set: an embedded sim lives
+	// in one controller's data dir.
+	DefaultSimEndpoint string
+	// LeaseTTL is the life of a model lease; default 10s.
+	LeaseTTL time.Duration
 }
 
 // controller is a running `muster controller`: store, HTTPS API, and one
@@ -50,11 +95,19 @@ type controller struct {
 	cfg        controllerConfig
 	log        *slog.Logger
 	store      muster.Store
+	leases     muster.LeaseStore
+	registry   muster.ControllerRegistry
+	shared     bool   // the store is shared with other controllers (PostgreSQL)
+	id         string // this controller's own id (controllerIDFile)
+	apiAddress string // host:port registered for clients
 	uuid       string
 	ca         *auth.CA
 	agentBins  *agentCatalogue
 	url        string // https://host:port
 	clientPath string // <data-dir>/client.yaml
+	// clientWritten is false when a joining controller could not write a
+	// client config (no --client-config).
+	clientWritten bool
 
 	listener net.Listener
 	server   *http.Server
@@ -65,8 +118,23 @@ type controller struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	models map[string]*modelRunner // by model uuid
+	// crashed makes Close behave like a crash (tests): leases are not
+	// released and the registration is left to expire.
+	crashed atomic.Bool
+
+	mu      sync.Mutex
+	models  map[string]*modelRunner // the provisioners running here, by model uuid
+	leaders map[string]*modelLease  // every model's lease loop, by model uuid
+	sims    map[string]*sim.Client  // by endpoint: zones of models provisioned elsewhere
+}
+
+// modelLease runs one model's provisioner on this controller while it holds
+// the model's lease.
+type modelLease struct {
+	uuid    string
+	name    string      // the model's name, for logs
+	removed atomic.Bool // the model was removed: clean up its provider
+	cancel  context.CancelFunc
 }
 
 // modelRunner is one model's provider and provisioner.
@@ -99,7 +167,11 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 	if cfg.StoreURL == "" {
 		cfg.StoreURL = "sqlite://" + filepath.Join(cfg.DataDir, "muster.db")
 	}
-	c := &controller{cfg: cfg, log: cfg.Logger, models: map[string]*modelRunner{}, clientPath: filepath.Join(cfg.DataDir, "client.yaml")}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = defaultLeaseTTL
+	}
+	c := &controller{cfg: cfg, log: cfg.Logger, models: map[string]*modelRunner{}, leaders: map[string]*modelLease{}, sims: map[string]*sim.Client{},
+		clientPath: filepath.Join(cfg.DataDir, "client.yaml"), shared: isSharedStore(cfg.StoreURL)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -111,14 +183,31 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	var okLeases, okRegistry bool
+	c.leases, okLeases = c.store.(muster.LeaseStore)
+	c.registry, okRegistry = c.store.(muster.ControllerRegistry)
+	if !okLeases || !okRegistry {
+		return nil, errors.New("open store: the store keeps no leases or controller registry")
+	}
+	if c.id, err = loadOrCreateControllerID(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	token, tokenHash := auth.NewToken()
-	kv, err := c.store.InitControllerConfig(ctx, map[string]string{cfgControllerUUID: muster.NewUUID(), cfgAdminTokenHash: tokenHash})
+	caCert, caKey, err := dataDirCA(cfg.DataDir, cfg.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	kv, err := c.store.InitControllerConfig(ctx, map[string]string{cfgControllerUUID: muster.NewUUID(), cfgAdminTokenHash: tokenHash,
+		cfgCACert: string(caCert), cfgCAKey: string(caKey)})
 	if err != nil {
 		return nil, fmt.Errorf("initialise controller config: %w", err)
 	}
 	c.uuid = kv[cfgControllerUUID]
 	firstStart := kv[cfgAdminTokenHash] == tokenHash
-	if c.ca, err = auth.LoadOrCreateCA(cfg.DataDir, cfg.Clock.Now()); err != nil {
+	if c.ca, err = auth.ParseCA([]byte(kv[cfgCACert]), []byte(kv[cfgCAKey])); err != nil {
+		return nil, fmt.Errorf("load the store's ca: %w", err)
+	}
+	if err := c.writeCACert(); err != nil {
 		return nil, err
 	}
 	if err := c.ensureDefaultModel(ctx); err != nil {
@@ -138,16 +227,22 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	host, port, _ := net.SplitHostPort(c.listener.Addr().String())
-	cert, err := c.ca.ServerCertificate(certHosts(host), cfg.Clock.Now())
+	hosts := certHosts(host)
+	c.apiAddress = net.JoinHostPort(displayHost(host), port)
+	if cfg.APIAddress != "" {
+		ah, _, err := net.SplitHostPort(cfg.APIAddress)
+		if err != nil || ah == "" {
+			return nil, muster.Errorf(muster.EInvalid, "bad API address %q: want host:port", cfg.APIAddress)
+		}
+		hosts = append(hosts, ah)
+		c.apiAddress = cfg.APIAddress
+	}
+	cert, err := c.ca.ServerCertificate(hosts, cfg.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
-	c.url = "https://" + net.JoinHostPort(displayHost(host), port)
-	if firstStart {
-		if err := c.writeClientConfigs(token); err != nil {
-			return nil, err
-		}
-	} else if err := c.updateClientConfigURL(); err != nil {
+	c.url = "https://" + c.apiAddress
+	if err := c.setUpClientConfig(firstStart, token, kv[cfgAdminTokenHash]); err != nil {
 		return nil, err
 	}
 	if err := c.newAPI(kv[cfgAdminTokenHash]); err != nil {
@@ -159,8 +254,11 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
+	if err := c.registry.RegisterController(ctx, c.id, c.apiAddress, registerTTL); err != nil {
+		return nil, fmt.Errorf("register controller: %w", err)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go func() {
 		defer c.wg.Done()
 		if err := c.server.Serve(tls.NewListener(c.listener, c.server.TLSConfig)); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -171,7 +269,11 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 		defer c.wg.Done()
 		c.runModels()
 	}()
-	c.log.Info("controller started", "controller", c.uuid, "url", c.url, "data-dir", cfg.DataDir)
+	go func() {
+		defer c.wg.Done()
+		c.keepRegistered()
+	}()
+	c.log.Info("controller started", "controller", c.uuid, "id", c.id, "url", c.url, "data-dir", cfg.DataDir, "shared-store", c.shared)
 	ok = true
 	return c, nil
 }
@@ -193,25 +295,155 @@ func displayHost(host string) string {
 	return host
 }
 
+// isSharedStore reports whether the store URL names a database other
+// controllers may share.
+func isSharedStore(storeURL string) bool {
+	return strings.HasPrefix(storeURL, "postgres://") || strings.HasPrefix(storeURL, "postgresql://")
+}
+
+// loadOrCreateControllerID returns the controller's own id, kept in its
+// data dir.
+func loadOrCreateControllerID(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, controllerIDFile)
+	b, err := os.ReadFile(p)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read controller id: %w", err)
+	}
+	id := muster.NewUUID()
+	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write controller id: %w", err)
+	}
+	return id, nil
+}
+
+// dataDirCA returns the PEMs of the CA kept in the data dir (a controller
+// made before the CA moved into the store), else of a new CA: what this
+// controller offers the store, where the first controller's CA wins.
+func dataDirCA(dataDir string, now time.Time) (certPEM, keyPEM []byte, err error) {
+	certPEM, certErr := os.ReadFile(filepath.Join(dataDir, auth.CACertFile))
+	keyPEM, keyErr := os.ReadFile(filepath.Join(dataDir, auth.CAKeyFile))
+	if certErr == nil && keyErr == nil {
+		if _, err := auth.ParseCA(certPEM, keyPEM); err != nil {
+			return nil, nil, fmt.Errorf("load ca from %s: %w", dataDir, err)
+		}
+		return certPEM, keyPEM, nil
+	}
+	ca, err := auth.NewCA("muster controller CA", now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ca.CertPEM, ca.KeyPEM, nil
+}
+
+// writeCACert keeps the store's CA certificate in the data dir's ca.crt,
+// for clients' convenience. A data dir with a CA key of its own is left
+// alone (a warning says the store's CA is used).
+func (c *controller) writeCACert() error {
+	certPath := filepath.Join(c.cfg.DataDir, auth.CACertFile)
+	have, err := os.ReadFile(certPath)
+	if err == nil && string(have) == string(c.ca.CertPEM) {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(c.cfg.DataDir, auth.CAKeyFile)); err == nil {
+		c.log.Warn("the data dir's ca differs from the store's: using the store's", "data-dir", c.cfg.DataDir)
+		return nil
+	}
+	tmp := certPath + ".tmp"
+	if err := os.WriteFile(tmp, c.ca.CertPEM, 0o644); err != nil {
+		return fmt.Errorf("write ca certificate: %w", err)
+	}
+	if err := os.Rename(tmp, certPath); err != nil {
+		return fmt.Errorf("write ca certificate: %w", err)
+	}
+	return nil
+}
+
+// ensureDefaultModel creates the default model on a new store: a sim
+// model, embedded in the data dir or at DefaultSimEndpoint. On a shared
+// store it is created only with DefaultSimEndpoint: an embedded sim's
+// instances live in one controller's data dir and would be lost to the
+// controller taking the model over.
 func (c *controller) ensureDefaultModel(ctx context.Context) error {
 	_, err := c.store.Model(ctx, muster.DefaultModel)
 	if muster.ErrorCode(err) != muster.ENotFound {
 		return err
 	}
-	_, err = c.store.CreateModel(ctx, muster.Model{
+	m := muster.Model{
 		Name:     muster.DefaultModel,
 		Provider: "sim",
 		Config:   map[string]string{"zones": "a,b,c"},
 		Settings: muster.DefaultSettings(),
-	})
+	}
+	switch {
+	case c.cfg.DefaultSimEndpoint != "":
+		m.Config = map[string]string{"endpoint": c.cfg.DefaultSimEndpoint}
+	case c.shared:
+		c.log.Info("no default model on a shared store without --default-sim-endpoint: add models with a sim endpoint or docker")
+		return nil
+	}
+	_, err = c.store.CreateModel(ctx, m)
 	if muster.ErrorCode(err) == muster.EConflict {
 		return nil // another controller made it first
 	}
 	return err
 }
 
-func (c *controller) writeClientConfigs(token string) error {
-	cc := &clientConfig{Controllers: []string{c.url}, CACert: string(c.ca.CertPEM), Token: token, Model: muster.DefaultModel}
+// validateModel checks a new model: on a shared store an embedded sim is
+// refused, its instances would live in one controller's data dir.
+func (c *controller) validateModel(m muster.Model) error {
+	if err := validateModel(m); err != nil {
+		return err
+	}
+	if c.shared && m.Provider == "sim" && m.Config["endpoint"] == "" {
+		return muster.Errorf(muster.EInvalid, "sim model %s needs endpoint=URL of a `muster sim serve` on a store shared by several controllers: an embedded sim lives in one controller's data dir", m.Name)
+	}
+	return nil
+}
+
+// setUpClientConfig writes the data dir's client config. The controller
+// that made the admin token writes it (and the user's, if missing); a
+// restarted controller adds its URL to its own; a controller joining a
+// store copies the config named by ClientConfigFrom, else writes none:
+// the user keeps using the first controller's client config, from which
+// the CLI learns every controller's address.
+func (c *controller) setUpClientConfig(firstStart bool, token, tokenHash string) error {
+	if firstStart {
+		c.clientWritten = true
+		return c.writeClientConfigs(token)
+	}
+	if _, err := os.Stat(c.clientPath); err == nil {
+		c.clientWritten = true
+		return c.updateClientConfigURL()
+	}
+	if c.cfg.ClientConfigFrom == "" {
+		c.log.Info("joined the controllers of the store: no client config written; use the first controller's, the CLI learns this controller's address from it")
+		return nil
+	}
+	from, err := loadClientConfig(c.cfg.ClientConfigFrom)
+	if err != nil {
+		return err
+	}
+	if !auth.TokenMatches(from.Token, tokenHash) {
+		return muster.Errorf(muster.EInvalid, "client config %s: its token is not the admin token of this store", c.cfg.ClientConfigFrom)
+	}
+	c.clientWritten = true
+	return c.writeClientConfigs(from.Token, from.Controllers...)
+}
+
+// writeClientConfigs writes the data dir's client config with this
+// controller's URL first, then others, and the user's when missing.
+func (c *controller) writeClientConfigs(token string, others ...string) error {
+	urls := []string{c.url}
+	for _, u := range others {
+		if u != c.url {
+			urls = append(urls, u)
+		}
+	}
+	cc := &clientConfig{Controllers: urls, CACert: string(c.ca.CertPEM), Token: token, Model: muster.DefaultModel}
 	if err := cc.save(c.clientPath); err != nil {
 		return err
 	}
@@ -247,7 +479,27 @@ func (c *controller) updateClientConfigURL() error {
 	return cc.save(c.clientPath)
 }
 
-// runModels keeps one provisioner running per model until Close.
+// keepRegistered refreshes the controller's registered API address until
+// Close.
+func (c *controller) keepRegistered() {
+	t := time.NewTicker(registerEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, registerEvery)
+		err := c.registry.RegisterController(ctx, c.id, c.apiAddress, registerTTL)
+		cancel()
+		if err != nil && c.ctx.Err() == nil {
+			c.log.Warn("register controller", "err", err)
+		}
+	}
+}
+
+// runModels keeps one lease loop running per model until Close.
 func (c *controller) runModels() {
 	t := time.NewTicker(c.cfg.ModelPoll)
 	defer t.Stop()
@@ -261,7 +513,7 @@ func (c *controller) runModels() {
 	}
 }
 
-// syncModels starts provisioners for new models and stops those of removed
+// syncModels starts lease loops for new models and stops those of removed
 // ones.
 func (c *controller) syncModels() {
 	models, err := c.store.Models(c.ctx)
@@ -272,54 +524,152 @@ func (c *controller) syncModels() {
 		return
 	}
 	seen := map[string]bool{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, m := range models {
 		seen[m.UUID] = true
-		c.mu.Lock()
-		_, running := c.models[m.UUID]
-		c.mu.Unlock()
-		if !running {
-			if err := c.startModel(m); err != nil {
-				c.log.Error("start model", "model", m.Name, "err", err)
-			}
+		if _, ok := c.leaders[m.UUID]; ok || c.ctx.Err() != nil {
+			continue
 		}
+		ctx, cancel := context.WithCancel(c.ctx)
+		l := &modelLease{uuid: m.UUID, name: m.Name, cancel: cancel}
+		c.leaders[m.UUID] = l
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.leadModel(ctx, l)
+		}()
 	}
-	c.mu.Lock()
-	var gone []*modelRunner
-	for id, r := range c.models {
+	for id, l := range c.leaders {
 		if !seen[id] {
-			gone = append(gone, r)
-			delete(c.models, id)
+			l.removed.Store(true)
+			l.cancel()
+			delete(c.leaders, id)
 		}
-	}
-	c.mu.Unlock()
-	for _, r := range gone {
-		if r.provider.cleanup != nil { // removed model: remove its networks
-			if err := r.provider.cleanup(c.ctx); err != nil {
-				c.log.Warn("clean up removed model", "model", r.model.Name, "err", err)
-			}
-		}
-		c.stopModel(r)
 	}
 }
 
-func (c *controller) startModel(m muster.Model) error {
+// leaseName is the lease of a model's provisioner.
+func leaseName(modelUUID string) string { return "model/" + modelUUID }
+
+// leadModel runs the model's provisioner while this controller holds the
+// model's lease, until ctx ends. The lease is renewed every third of its
+// TTL; the provisioner is stopped (cancelled and waited for) as soon as a
+// renewal is refused, or when no renewal succeeded by a fifth of the TTL
+// before the lease could expire, counted on this host's monotonic clock
+// from just before the last successful claim was sent: the database's
+// expiry always comes later, whatever the clocks' skew, so another
+// controller never starts the model's provisioner while this one runs it.
+func (c *controller) leadModel(ctx context.Context, l *modelLease) {
+	name := leaseName(l.uuid)
+	ttl := c.cfg.LeaseTTL
+	renew, margin := ttl/3, ttl/5
+	log := c.log.With("model", l.name)
+	var r *modelRunner // while this controller runs the provisioner
+	var deadline time.Time
+	stop := func(why string) {
+		c.stopModel(r, l.removed.Load())
+		r = nil
+		log.Info("provisioner stopped", "why", why)
+	}
+	for {
+		start := time.Now()
+		timeout := renew
+		if r != nil {
+			timeout = min(timeout, time.Until(deadline))
+		}
+		if timeout > 0 {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			held, _, err := c.leases.ClaimLease(cctx, name, c.id, ttl)
+			cancel()
+			if ctx.Err() != nil {
+				break
+			}
+			switch {
+			case err != nil:
+				lvl := slog.LevelDebug
+				if r != nil {
+					lvl = slog.LevelWarn
+				}
+				log.Log(ctx, lvl, "claim model lease", "err", err)
+			case !held:
+				if r != nil {
+					stop("model lease taken by another controller")
+				}
+			default:
+				deadline = start.Add(ttl - margin)
+				if r == nil {
+					var err error
+					if r, err = c.startModel(ctx, l.uuid); err != nil {
+						log.Error("start model", "err", err)
+						c.releaseLease(name) // another controller may do better
+					} else if r == nil { // removed meanwhile
+						c.releaseLease(name)
+					}
+				}
+			}
+		}
+		if r != nil && !time.Now().Before(deadline) {
+			stop("model lease not renewed in time")
+		}
+		wait := leasePoll
+		if r != nil {
+			wait = min(time.Until(start.Add(renew)), time.Until(deadline))
+		}
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if r == nil {
+		return
+	}
+	stop("model removed or controller stopping")
+	if !c.crashed.Load() {
+		c.releaseLease(name) // the next controller takes over at once
+	}
+}
+
+func (c *controller) releaseLease(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.leases.ReleaseLease(ctx, name, c.id); err != nil {
+		c.log.Warn("release lease", "lease", name, "err", err)
+	}
+}
+
+// startModel opens the model's provider, as the store has it now, and
+// starts its provisioner; nil without an error when the model is gone.
+func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRunner, error) {
+	m, err := c.store.Model(ctx, modelUUID)
+	if muster.ErrorCode(err) == muster.ENotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	log := c.log.With("model", m.Name)
 	kind, ok := providers[m.Provider]
 	if !ok {
-		return fmt.Errorf("unknown provider %q", m.Provider)
+		return nil, fmt.Errorf("unknown provider %q", m.Provider)
 	}
-	p, err := kind.open(c.ctx, providerEnv{controllerUUID: c.uuid, model: m, dataDir: c.cfg.DataDir, logger: log, clock: c.cfg.Clock,
+	p, err := kind.open(ctx, providerEnv{controllerUUID: c.uuid, model: m, dataDir: c.cfg.DataDir, logger: log, clock: c.cfg.Clock,
 		store: c.store, apiURL: c.url, caCert: c.ca.CertPEM, agentBinary: c.cfg.AgentBinary, listenAgents: c.listenAgents})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	apiAddresses := []string{c.url}
 	if p.apiAddresses != nil { // e.g. docker zone gateways (agentlisten.go)
 		apiAddresses = p.apiAddresses
 	}
-	ctx, cancel := context.WithCancel(c.ctx)
+	pctx, cancel := context.WithCancel(ctx)
 	r := &modelRunner{model: m, provider: p, cancel: cancel}
-	r.sup = provisioner.Supervise(ctx, provisioner.Config{
+	r.sup = provisioner.Supervise(pctx, provisioner.Config{
 		ControllerUUID: c.uuid,
 		Model:          m,
 		Store:          c.store,
@@ -334,27 +684,52 @@ func (c *controller) startModel(m muster.Model) error {
 	c.mu.Lock()
 	c.models[m.UUID] = r
 	c.mu.Unlock()
-	log.Info("provisioner started", "provider", m.Provider)
-	return nil
+	log.Info("provisioner started", "provider", m.Provider, "controller-id", c.id)
+	return r, nil
 }
 
-func (c *controller) stopModel(r *modelRunner) {
+// stopModel stops a running provisioner and closes its provider; cleanup
+// also removes what the provider made for a removed model.
+func (c *controller) stopModel(r *modelRunner, cleanup bool) {
+	c.mu.Lock()
+	if c.models[r.model.UUID] == r {
+		delete(c.models, r.model.UUID)
+	}
+	c.mu.Unlock()
 	r.cancel()
 	r.sup.Wait()
 	c.metrics.forget(r.model.Name)
+	if cleanup && r.provider.cleanup != nil { // removed model: remove its networks
+		if err := r.provider.cleanup(c.ctx); err != nil {
+			c.log.Warn("clean up removed model", "model", r.model.Name, "err", err)
+		}
+	}
 	if err := r.provider.close(); err != nil {
 		c.log.Warn("close provider", "model", r.model.Name, "err", err)
 	}
 }
 
-// runner returns the running model with the given uuid.
+// runner returns the model with the given uuid if its provisioner runs on
+// this controller.
 func (c *controller) runner(modelUUID string) *modelRunner {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.models[modelUUID]
 }
 
-// Close stops the API and every provisioner, within ctx's deadline.
+// crash stops the controller as a kill -9 would leave the store: its
+// model leases and registration stay until they expire (tests).
+func (c *controller) crash() {
+	c.crashed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		c.log.Warn("crash", "err", err)
+	}
+}
+
+// Close stops the API and every provisioner, within ctx's deadline, and
+// releases the controller's leases and registration.
 func (c *controller) Close(ctx context.Context) error {
 	var err error
 	c.stopSimAgents() // first: their connections would hold up Shutdown (simagents.go)
@@ -371,13 +746,13 @@ func (c *controller) Close(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() {
-		c.wg.Wait()
+		c.wg.Wait() // the lease loops stop their provisioners
 		c.mu.Lock()
 		runners := c.models
 		c.models = map[string]*modelRunner{}
 		c.mu.Unlock()
 		for _, r := range runners {
-			c.stopModel(r)
+			c.stopModel(r, false)
 		}
 		close(done)
 	}()
@@ -385,6 +760,14 @@ func (c *controller) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("controller did not stop in time: %w", ctx.Err())
+	}
+	if c.registry != nil && c.apiAddress != "" && !c.crashed.Load() {
+		// Registered for a nanosecond: gone from the live controllers.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if e := c.registry.RegisterController(rctx, c.id, c.apiAddress, time.Nanosecond); e != nil {
+			c.log.Warn("unregister controller", "err", e)
+		}
+		cancel()
 	}
 	c.closeResources()
 	return err
@@ -411,14 +794,10 @@ func (c *controller) newAPI(adminTokenHash string) error {
 		AdminTokenHash: adminTokenHash,
 		Logger:         c.log,
 		Clock:          c.cfg.Clock,
-		Zones: func(ctx context.Context, modelUUID string) ([]muster.Zone, error) {
-			r := c.runner(modelUUID)
-			if r == nil {
-				return nil, muster.Errorf(muster.EUnavailable, "model %s is not running on this controller", modelUUID)
-			}
-			return r.provider.Zones(ctx)
-		},
+		Zones:          c.zones,
 		ProvisionerStatus: func(modelUUID string) string {
+			// A model provisioned by another controller reports "":
+			// its errors are known there only.
 			r := c.runner(modelUUID)
 			if r == nil {
 				return ""
@@ -431,7 +810,7 @@ func (c *controller) newAPI(adminTokenHash string) error {
 			}
 			return nil
 		},
-		ValidateModel: validateModel,
+		ValidateModel: c.validateModel,
 		Metrics:       reg,
 	})
 	if err != nil {
@@ -440,4 +819,29 @@ func (c *controller) newAPI(adminTokenHash string) error {
 	srv.Start()
 	c.api = srv
 	return nil
+}
+
+// zones lists a model's zones: from its running provider, or, for a model
+// provisioned by another controller, from its sim endpoint. Other
+// providers' zones are known only where they run: none are listed then
+// (zones with machines show, as unavailable).
+func (c *controller) zones(ctx context.Context, modelUUID string) ([]muster.Zone, error) {
+	if r := c.runner(modelUUID); r != nil {
+		return r.provider.Zones(ctx)
+	}
+	m, err := c.store.Model(ctx, modelUUID)
+	if err != nil {
+		return nil, err
+	}
+	if ep := m.Config["endpoint"]; m.Provider == "sim" && ep != "" {
+		c.mu.Lock()
+		sc := c.sims[ep]
+		if sc == nil {
+			sc = sim.NewClient(ep, nil)
+			c.sims[ep] = sc
+		}
+		c.mu.Unlock()
+		return sc.Provider(c.uuid, m.UUID).Zones(ctx)
+	}
+	return nil, nil
 }

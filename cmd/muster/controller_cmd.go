@@ -53,7 +53,11 @@ func newControllerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.url, c.clientPath)
+			if c.clientWritten {
+				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.url, c.clientPath)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: joined the controllers of the store; use the first controller's client config (the CLI learns this address from it), or restart with --client-config FILE\n", c.url)
+			}
 			<-ctx.Done()
 			logger.Info("stopping controller")
 			stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
@@ -65,6 +69,9 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory for the state, CA and client config")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:17070", "address of the HTTPS API")
 	f.StringVar(&cfg.StoreURL, "store", "", "state store URL (default sqlite://<data-dir>/muster.db; postgres://… for PostgreSQL)")
+	f.StringVar(&cfg.APIAddress, "api-address", "", "host:port clients and other controllers' clients reach this controller at (default: the --listen address)")
+	f.StringVar(&cfg.ClientConfigFrom, "client-config", "", "a client config of the controllers this one joins: copied to <data-dir>/client.yaml with this controller's URL")
+	f.StringVar(&cfg.DefaultSimEndpoint, "default-sim-endpoint", "", "URL of a `muster sim serve` for a new default model (required for a default model on a PostgreSQL store)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd
 }
