@@ -34,6 +34,11 @@ const (
 	demoDockerAgentGrace = 20 * time.Second
 )
 
+// demoAgentBinary, when set, is the agent binary of the demo's controller
+// instead of this executable (tests run the demo from a test binary, which
+// is no agent).
+var demoAgentBinary string
+
 // demoTeardownWait bounds, on exit, the wait for the demo model's instances
 // to be stopped; demoTeardownTimeout bounds the whole teardown.
 const (
@@ -106,7 +111,7 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	fmt.Fprintf(w, "starting a controller in %s\n", dir)
-	ctrl, err := openController(ctx, controllerConfig{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger})
+	ctrl, err := openController(ctx, controllerConfig{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger, AgentBinary: demoAgentBinary})
 	if err != nil {
 		return err
 	}
