@@ -158,11 +158,19 @@ func TestDemoDocker(t *testing.T) {
 	if left := modelContainers(t, cli, mi.UUID); len(left) != 0 {
 		t.Errorf("containers left after the demo: %d", len(left))
 	}
-	if ns, err := cli.NetworkList(bg, client.NetworkListOptions{Filters: f}); err != nil || len(ns.Items) != 0 {
-		t.Errorf("networks left after the demo: %v (%v)", ns.Items, err)
+	ns, err := cli.NetworkList(bg, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if vs, err := cli.VolumeList(bg, client.VolumeListOptions{Filters: f}); err != nil || len(vs.Items) != 0 {
-		t.Errorf("volumes left after the demo: %v (%v)", vs.Items, err)
+	for _, n := range ns.Items {
+		t.Errorf("network left after the demo: %s", n.Name)
+	}
+	vs, err := cli.VolumeList(bg, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs.Items {
+		t.Errorf("volume left after the demo: %s", v.Name)
 	}
 	if text := out.String(); !strings.Contains(text, "no container, network or volume of the demo is left") {
 		t.Errorf("demo output lacks its clean-up line:\n%s", text)
