@@ -601,7 +601,9 @@ func (c *controller) leadModel(ctx context.Context, l *modelLease) {
 				if r == nil {
 					var err error
 					if r, err = c.startModel(ctx, l.uuid); err != nil {
-						log.Error("start model", "err", err)
+						if ctx.Err() == nil {
+							log.Error("start model", "err", err)
+						}
 						c.releaseLease(name) // another controller may do better
 					} else if r == nil { // removed meanwhile
 						c.releaseLease(name)
@@ -629,7 +631,11 @@ func (c *controller) leadModel(ctx context.Context, l *modelLease) {
 	if r == nil {
 		return
 	}
-	stop("model removed or controller stopping")
+	if l.removed.Load() {
+		stop("model removed")
+	} else {
+		stop("controller stopping")
+	}
 	if !c.crashed.Load() {
 		c.releaseLease(name) // the next controller takes over at once
 	}

@@ -517,3 +517,116 @@ func TestHACLIFailover(t *testing.T) {
 		t.Error("status through the remaining controller shows no running instance")
 	}
 }
+
+// TestHAKilledControllerProcess runs two real controller processes on one
+// PostgreSQL store, kills the one running the default model's provisioner
+// with SIGKILL, and checks through the CLI, with the first controller's
+// client config, that machines added afterwards are provisioned by the
+// other one, each started once.
+func TestHAKilledControllerProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs real processes; skipped with -short")
+	}
+	store := testPostgresStore(t)
+	cs := newCountingSim(t)
+	bin := buildMuster(t)
+	tmp := t.TempDir()
+	home := filepath.Join(tmp, "home")
+	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "MUSTER_CONFIG=", "MUSTER_MODEL=")
+	start := func(name string) *proc {
+		p, _ := startProc(t, env, filepath.Join(tmp, name+".log"), "controller listening on ", bin, "controller",
+			"--store", store, "--data-dir", filepath.Join(tmp, name), "--listen", "127.0.0.1:0", "--default-sim-endpoint", cs.srv.URL)
+		t.Cleanup(func() {
+			if t.Failed() {
+				if b, err := os.ReadFile(filepath.Join(tmp, name+".log")); err == nil {
+					ls := strings.Split(string(b), "\n")
+					t.Logf("controller %s log (tail):\n%s", name, strings.Join(ls[max(0, len(ls)-30):], "\n"))
+				}
+			}
+		})
+		return p
+	}
+	procs := map[string]*proc{"a": start("a"), "b": start("b")}
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	config := filepath.Join(tmp, "a", "client.yaml")
+	cli := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runCLI(t, append([]string{"--config", config}, args...)...)
+		if code != 0 {
+			t.Fatalf("muster %s: exit %d, %s", strings.Join(args, " "), code, errOut)
+		}
+		return out
+	}
+	provisionedIDs := func() map[string]bool {
+		t.Helper()
+		code, out, _ := runCLI(t, "--config", config, "status", "--format", "json")
+		var st statusJSON
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			return nil
+		}
+		got := map[string]bool{}
+		for id, m := range st.Machines {
+			if m.InstanceID != "" {
+				got[id] = true
+			}
+		}
+		return got
+	}
+	first := lines(cli("add-machine", "-n", "3"))
+	waitWithin(t, "first machines provisioned", convergeDeadline, func() bool { return len(provisionedIDs()) == len(first) })
+
+	// Who runs the provisioner: the holder of the default model's lease.
+	uuid := ""
+	for _, l := range strings.Split(cli("models"), "\n") {
+		if f := strings.Fields(l); len(f) == 4 && strings.TrimSuffix(f[0], "*") == muster.DefaultModel {
+			uuid = f[3]
+		}
+	}
+	db, err := sql.Open("pgx", store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var holder string
+	if err := db.QueryRow(`SELECT holder FROM leases WHERE name = $1`, leaseName(uuid)).Scan(&holder); err != nil {
+		t.Fatalf("read the model's lease: %v", err)
+	}
+	leader, other := "", ""
+	for name := range procs {
+		id, err := os.ReadFile(filepath.Join(tmp, name, controllerIDFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(id)) == holder {
+			leader = name
+		} else {
+			other = name
+		}
+	}
+	if leader == "" {
+		t.Fatalf("lease holder %s is neither controller", holder)
+	}
+	// The CLI has learnt both addresses from the first command.
+	if cc, err := loadClientConfig(config); err != nil || len(cc.Controllers) != 2 {
+		t.Fatalf("client config lists %v (err %v), want both controllers", cc, err)
+	}
+
+	procs[leader].kill()
+	delete(procs, leader)
+	killed := time.Now()
+	more := lines(cli("add-machine", "-n", "3"))
+	waitWithin(t, "machines added after the kill provisioned by controller "+other, takeoverDeadline, func() bool {
+		return len(provisionedIDs()) == len(first)+len(more)
+	})
+	t.Logf("controller %s killed; machines added afterwards provisioned by %s %s later", leader, other, time.Since(killed).Round(100*time.Millisecond))
+	starts, insts := cs.startsOf(uuid), cs.instancesOf(t, uuid)
+	for _, id := range append(first, more...) {
+		if starts[id] != 1 || len(insts[id]) != 1 {
+			t.Errorf("machine %s: got %d start requests and instances %v, want 1 and one instance", id, starts[id], insts[id])
+		}
+	}
+}
