@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/provisioner"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -152,4 +153,50 @@ func TestFaultsTarget(t *testing.T) {
 		t.Errorf("got %d starts in the full zone, want at most one per worker", inA)
 	}
 	t.Logf("%d starts, %d in the full zone", len(h.prov.startCalls()), inA)
+}
+
+// groupCountingStore counts the machines DistributionGroups is asked about.
+type groupCountingStore struct {
+	provisioner.Store
+	mu    sync.Mutex
+	asked []string
+}
+
+func (s *groupCountingStore) DistributionGroups(ctx context.Context, model string, ids []string) (map[string][]string, error) {
+	s.mu.Lock()
+	s.asked = append(s.asked, ids...)
+	s.mu.Unlock()
+	return s.Store.DistributionGroups(ctx, model, ids)
+}
+
+func (s *groupCountingStore) askedFor() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.asked...)
+}
+
+// TestE1_GroupReadOnce: the members of a spread group are read once per
+// group (not once per machine, which grows with the square of the group),
+// and adding to a group the provisioner knows reads no group at all,
+// while the spread still counts every member (Z3, Z8).
+func TestE1_GroupReadOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cs := &groupCountingStore{Store: h.store}
+	h.store2 = cs
+	h.start()
+	h.listed(1)
+	h.add(5, muster.MachineTemplate{Group: "web"})
+	h.waitFor("5 machines running", allRunning(h, 5))
+	if got := cs.askedFor(); len(got) != 1 {
+		t.Fatalf("got DistributionGroups asked about %v, want one machine for the one group", got)
+	}
+	h.add(4, muster.MachineTemplate{Group: "web"})
+	h.waitFor("9 machines running", allRunning(h, 9))
+	if got := cs.askedFor(); len(got) != 1 {
+		t.Errorf("got DistributionGroups asked about %v, want nothing more for a known group", got)
+	}
+	if got := zoneCounts(h); got["a"] != 3 || got["b"] != 3 || got["c"] != 3 {
+		t.Errorf("got zones %v, want 3 each (Z8)", got)
+	}
 }

@@ -53,10 +53,14 @@ type Provisioner struct {
 	stoppingInst map[string]bool
 	retryAt      map[string]retryEntry
 	young        map[string]time.Time // young unknown instance → when it may be harvested
-	resync       muster.Timer
-	retryTimer   muster.Timer
-	retryNext    time.Time // when retryTimer fires
-	youngTimer   muster.Timer
+	// groups are the spread groups whose members the zone table knows:
+	// every group seen by the last full pass or read since (E1: a start
+	// does not read its whole group again).
+	groups     map[string]bool
+	resync     muster.Timer
+	retryTimer muster.Timer
+	retryNext  time.Time // when retryTimer fires
+	youngTimer muster.Timer
 }
 
 // mstate is the loop's marks for one machine.
@@ -115,6 +119,7 @@ func New(cfg Config) (*Provisioner, error) {
 		stoppingInst: map[string]bool{},
 		retryAt:      map[string]retryEntry{},
 		young:        map[string]time.Time{},
+		groups:       map[string]bool{},
 		binCache:     map[string]binariesEntry{},
 	}
 	if p.obs == nil {
@@ -428,8 +433,12 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 			p.zones.forget(id)
 		}
 	}
+	p.groups = map[string]bool{}
 	for _, m := range ms {
 		p.zones.setGroup(m.ID, m.Group)
+		if m.Group != "" {
+			p.groups[m.Group] = true
+		}
 		if p.flagsOf(m.ID).starting {
 			continue
 		}

@@ -62,13 +62,15 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 	if err != nil {
 		return fmt.Errorf("read provisioning info: %w", err)
 	}
-	// The members of each group, asked for one machine per group: the
-	// answer for every pending machine would grow with the square of the
-	// group's size.
+	// The members of each group the zone table does not know yet (Z3),
+	// asked for one machine per group: the answer for every pending
+	// machine would grow with the square of the group's size. A known
+	// group is kept current by the loop itself, which sees every machine
+	// added (E1).
 	var reps []string
 	seen := map[string]bool{}
 	for _, id := range ids {
-		if info, ok := infos[id]; ok && info.Group != "" && !seen[info.Group] {
+		if info, ok := infos[id]; ok && info.Group != "" && !seen[info.Group] && !p.groups[info.Group] {
 			seen[info.Group] = true
 			reps = append(reps, id)
 		}
@@ -83,6 +85,7 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 				for _, member := range groups[id] {
 					p.zones.setGroup(member, g)
 				}
+				p.groups[g] = true
 			}
 		}
 	}
@@ -100,7 +103,7 @@ func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) erro
 		}
 		j := &startJob{id: m.ID, info: info, autoRetries: m.AutoRetries, queued: now, dead: make(chan struct{})}
 		if info.Group != "" {
-			if groupErr != nil {
+			if groupErr != nil && seen[info.Group] {
 				msg := fmt.Sprintf("distribution group of machine %s: %v", m.ID, groupErr)
 				failed = append(failed, failureUpdate(m.ID, msg, nil))
 				failEvs = append(failEvs, p.newEvent(m.ID, "error", msg))
