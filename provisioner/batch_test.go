@@ -200,3 +200,33 @@ func TestE1_GroupReadOnce(t *testing.T) {
 		t.Errorf("got zones %v, want 3 each (Z8)", got)
 	}
 }
+
+// TestE3_BatchesSplitAtMaxBatch: a zone's share of the pending machines
+// goes in calls of at most MaxBatch, each within one zone.
+func TestE3_BatchesSplitAtMaxBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withMaxBatch(4))
+	bp := &batchProvider{recProvider: h.prov}
+	h.start2(bp)
+	h.listed(1)
+	h.add(30, muster.MachineTemplate{Group: "web"})
+	h.waitFor("30 machines running", allRunning(h, 30))
+	n := 0
+	for _, c := range bp.batchCalls() {
+		n += len(c)
+		if len(c) > 4 {
+			t.Errorf("got a batch call of %d starts, want at most MaxBatch 4", len(c))
+		}
+		for _, p := range c[1:] {
+			if p.Zone != c[0].Zone {
+				t.Errorf("one batch call spans zones %s and %s", c[0].Zone, p.Zone)
+			}
+		}
+	}
+	if n+len(h.prov.startCalls()) != 30 {
+		t.Errorf("got %d machines in batch calls and %d single starts, want 30 in all", n, len(h.prov.startCalls()))
+	}
+	if got := zoneCounts(h); got["a"] != 10 || got["b"] != 10 || got["c"] != 10 {
+		t.Errorf("got zones %v, want 10 each (Z8)", got)
+	}
+}

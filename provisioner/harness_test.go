@@ -168,6 +168,7 @@ type harnessConfig struct {
 	zones    []sim.ZoneConfig
 	settings func(*muster.Settings)
 	faults   sim.Faults
+	maxBatch int
 }
 
 func withZones(names ...string) harnessOpt {
@@ -184,6 +185,8 @@ func withSettings(fn func(*muster.Settings)) harnessOpt {
 }
 
 func withFaults(f sim.Faults) harnessOpt { return func(c *harnessConfig) { c.faults = f } }
+
+func withMaxBatch(n int) harnessOpt { return func(c *harnessConfig) { c.maxBatch = n } }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -216,7 +219,7 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 		tb.Fatal(err)
 	}
 	pw := &passwords{m: map[string]string{}}
-	cloud, err := sim.Open(sim.Config{Clock: clk, Zones: cfg.zones, Faults: cfg.faults, Seed: 7, Logger: discard,
+	cloud, err := sim.Open(sim.Config{Clock: clk, Zones: cfg.zones, Faults: cfg.faults, MaxBatch: cfg.maxBatch, Seed: 7, Logger: discard,
 		OnStart: func(inst sim.Instance, p muster.StartParams) { pw.set(inst.ID, p.Password) }})
 	if err != nil {
 		tb.Fatal(err)

@@ -183,7 +183,9 @@ func (p *Provisioner) submitStarts(jobs []*startJob) {
 		}
 		byShape[k] = append(byShape[k], j)
 	}
-	size := bs.MaxBatch()
+	// A job carries up to a full call for each zone: runBatch splits it by
+	// zone (Z3, Z4), so that the calls are full rather than a third full.
+	size := bs.MaxBatch() * max(1, len(p.zones.snapshot()))
 	for _, k := range keys {
 		js := byShape[k]
 		if len(js) == 1 {
@@ -540,59 +542,68 @@ func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs
 		}
 		byZone[zone] = append(byZone[zone], j)
 	}
+	most := bs.MaxBatch()
 	for _, zone := range zones {
-		js := byZone[zone]
-		ps := make([]muster.StartParams, len(js))
-		for i, j := range js {
-			ps[i] = j.params
+		for all := byZone[zone]; len(all) > 0; {
+			js := all[:min(len(all), most)]
+			all = all[len(js):]
+			p.startBatch(ctx, bs, zone, js)
 		}
-		var outs []muster.StartOutcome
-		err := p.call(ctx, "start-batch", func(ctx context.Context) error {
-			outs = bs.StartInstances(ctx, ps)
-			if len(outs) != len(ps) {
-				return muster.NewProviderError(muster.ErrUnavailable, "", "batch start returned %d outcomes for %d starts", len(outs), len(ps))
+	}
+}
+
+// startBatch starts machines in one zone with one batch start call.
+func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zone string, js []*startJob) {
+	ps := make([]muster.StartParams, len(js))
+	for i, j := range js {
+		ps[i] = j.params
+	}
+	var outs []muster.StartOutcome
+	err := p.call(ctx, "start-batch", func(ctx context.Context) error {
+		outs = bs.StartInstances(ctx, ps)
+		if len(outs) != len(ps) {
+			return muster.NewProviderError(muster.ErrUnavailable, "", "batch start returned %d outcomes for %d starts", len(outs), len(ps))
+		}
+		// A throttled call fails every start: make it again.
+		for _, o := range outs {
+			if muster.ProviderErrorKindOf(o.Err) != muster.ErrThrottled {
+				return nil
 			}
-			// A throttled call fails every start: make it again.
-			for _, o := range outs {
-				if muster.ProviderErrorKindOf(o.Err) != muster.ErrThrottled {
-					return nil
-				}
+		}
+		return outs[0].Err
+	})
+	if err != nil && len(outs) != len(ps) {
+		outs = make([]muster.StartOutcome, len(ps))
+		for i := range outs {
+			outs[i].Err = err
+		}
+	}
+	var (
+		okJobs []*startJob
+		okRes  []muster.StartResult
+	)
+	for i, j := range js {
+		if outs[i].Err == nil {
+			okJobs = append(okJobs, j)
+			okRes = append(okRes, outs[i].Result)
+			continue
+		}
+		delay, r, done := p.onStartError(ctx, j, zone, outs[i].Err)
+		if done {
+			p.report(ctx, r)
+			continue
+		}
+		p.pool.submit(func(ctx context.Context) {
+			if err := p.sleepJob(ctx, j, delay); err != nil {
+				p.send(ctx, startResult{job: j, aborted: true})
+				return
 			}
-			return outs[0].Err
+			p.report(ctx, p.attemptLoop(ctx, j))
 		})
-		if err != nil && len(outs) != len(ps) {
-			outs = make([]muster.StartOutcome, len(ps))
-			for i := range outs {
-				outs[i].Err = err
-			}
-		}
-		var (
-			okJobs []*startJob
-			okRes  []muster.StartResult
-		)
-		for i, j := range js {
-			if outs[i].Err == nil {
-				okJobs = append(okJobs, j)
-				okRes = append(okRes, outs[i].Result)
-				continue
-			}
-			delay, r, done := p.onStartError(ctx, j, zone, outs[i].Err)
-			if done {
-				p.report(ctx, r)
-				continue
-			}
-			p.pool.submit(func(ctx context.Context) {
-				if err := p.sleepJob(ctx, j, delay); err != nil {
-					p.send(ctx, startResult{job: j, aborted: true})
-					return
-				}
-				p.report(ctx, p.attemptLoop(ctx, j))
-			})
-		}
-		if len(okJobs) > 0 {
-			for _, r := range p.finish(ctx, okJobs, okRes) {
-				p.report(ctx, r)
-			}
+	}
+	if len(okJobs) > 0 {
+		for _, r := range p.finish(ctx, okJobs, okRes) {
+			p.report(ctx, r)
 		}
 	}
 }
