@@ -209,7 +209,6 @@ type runningWatch struct {
 	e       *env
 	w       muster.Watcher
 	running map[string]bool
-	want    int // for trace
 }
 
 func (e *env) watchRunning(ctx context.Context) (*runningWatch, error) {
@@ -281,9 +280,10 @@ func converge(ctx context.Context, n int, batched bool, timeout time.Duration) (
 	if _, err := e.add(ctx, n); err != nil {
 		return Scenario{}, err
 	}
-	rw.want = n
 	if os.Getenv("MUSTER_BENCH_TRACE") != "" {
-		go trace(ctx, e, start, rw)
+		tctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go trace(tctx, e, start)
 	}
 	if err := rw.until(ctx, n, timeout); err != nil {
 		return Scenario{}, err
@@ -349,7 +349,7 @@ func runEventLatency(ctx context.Context, n, adds int, timeout time.Duration) (E
 	if err := rw.until(ctx, n, timeout); err != nil {
 		return out, err
 	}
-	out.ProvisionSeconds = time.Since(start).Seconds()
+	out.ProvisionSeconds = math.Round(time.Since(start).Seconds()*1000) / 1000
 	time.Sleep(time.Second) // settle: events written, the loop idle
 	lists := e.cloud.Stats().Calls[sim.CallList]
 	var lat []time.Duration
@@ -437,7 +437,7 @@ func (binaries) FindAgentBinaries(_ context.Context, version, os, arch string) (
 }
 
 // trace prints the sim's counters every 250ms (MUSTER_BENCH_TRACE set).
-func trace(ctx context.Context, e *env, start time.Time, rw *runningWatch) {
+func trace(ctx context.Context, e *env, start time.Time) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -445,9 +445,6 @@ func trace(ctx context.Context, e *env, start time.Time, rw *runningWatch) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if len(rw.running) >= rw.want {
-			return
 		}
 		st := e.cloud.Stats()
 		fmt.Fprintf(os.Stderr, "%6.2fs instances %5d calls %5d throttled %5d\n", time.Since(start).Seconds(), st.Instances, st.Calls[sim.CallStart], st.Throttled[sim.CallStart])
