@@ -571,6 +571,10 @@ func (c *controller) leadModel(ctx context.Context, l *modelLease) {
 		c.stopModel(r, l.removed.Load())
 		r = nil
 		log.Info("provisioner stopped", "why", why)
+		if late := time.Since(deadline.Add(margin)); late > 0 {
+			// The lease may have expired while the provisioner still ran.
+			log.Error("provisioner stopped after its lease could have expired", "late", late)
+		}
 	}
 	for {
 		start := time.Now()
