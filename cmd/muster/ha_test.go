@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -25,6 +26,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -151,15 +153,18 @@ func (cs *countingSim) instancesOf(tb testing.TB, modelUUID string) map[string][
 }
 
 // openHAController opens a controller on the shared store in a new data
-// dir, closed (gracefully, unless crashed) at the end of the test.
+// dir (unless cfg names one), closed (gracefully, unless crashed) at the
+// end of the test.
 func openHAController(tb testing.TB, store, name string, cfg controllerConfig) *controller {
 	tb.Helper()
-	dir := filepath.Join(tb.TempDir(), name)
-	logf, err := os.Create(filepath.Join(filepath.Dir(dir), name+".log"))
+	if cfg.DataDir == "" {
+		cfg.DataDir = filepath.Join(tb.TempDir(), name)
+	}
+	logf, err := os.Create(filepath.Join(tb.TempDir(), name+".log"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.DataDir, cfg.StoreURL, cfg.Listen = dir, store, "127.0.0.1:0"
+	cfg.StoreURL, cfg.Listen = store, "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("c", name)
 	if cfg.ModelPoll == 0 {
 		cfg.ModelPoll = 100 * time.Millisecond
@@ -455,6 +460,23 @@ func TestHACLIFailover(t *testing.T) {
 	a := openHAController(t, store, "a", controllerConfig{DefaultSimEndpoint: cs.srv.URL})
 	b := openHAController(t, store, "b", controllerConfig{ClientConfigFrom: a.clientPath})
 
+	// A client config with another token is refused.
+	bad, err := loadClientConfig(a.clientPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Token, _ = auth.NewToken()
+	badPath := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := bad.save(badPath); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), convergeDeadline)
+	defer cancel()
+	if _, err := openController(ctx, controllerConfig{DataDir: t.TempDir(), StoreURL: store, Listen: "127.0.0.1:0", ClientConfigFrom: badPath,
+		Logger: slog.New(slog.DiscardHandler)}); muster.ErrorCode(err) != muster.EInvalid || !strings.Contains(err.Error(), "token") {
+		t.Errorf("joining with another token: got err %v, want invalid naming the token", err)
+	}
+
 	// The joining controller copied the config, with its own URL first.
 	bcc, err := loadClientConfig(b.clientPath)
 	if err != nil {
@@ -496,9 +518,9 @@ func TestHACLIFailover(t *testing.T) {
 		t.Errorf("after a command the config lists %v, want %v", got, want)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := a.Close(ctx); err != nil {
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if err := a.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
 	out := cli("add-machine", "-n", "2")
@@ -628,5 +650,89 @@ func TestHAKilledControllerProcess(t *testing.T) {
 		if starts[id] != 1 || len(insts[id]) != 1 {
 			t.Errorf("machine %s: got %d start requests and instances %v, want 1 and one instance", id, starts[id], insts[id])
 		}
+	}
+}
+
+// TestCLISkipsSilentController lists first a controller address that
+// accepts connections but never answers (a hung host): the CLI moves on to
+// the live controller after the dial timeout, and the config then lists
+// the live controllers only.
+func TestCLISkipsSilentController(t *testing.T) {
+	tc := startController(t, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	cc, err := loadClientConfig(tc.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := "https://" + ln.Addr().String()
+	cc.Controllers = []string{silent, tc.ctrl.url}
+	cfg := filepath.Join(t.TempDir(), "client.yaml")
+	if err := cc.save(cfg); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "--config", cfg, "models")
+	if code != 0 || !strings.Contains(out, muster.DefaultModel) {
+		t.Fatalf("models: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	got, err := loadClientConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{tc.ctrl.url}; !reflect.DeepEqual(got.Controllers, want) {
+		t.Errorf("got controllers %v, want %v", got.Controllers, want)
+	}
+}
+
+// TestDataDirCAMovesIntoStore starts a controller on a data dir that has
+// a CA of its own (made before the CA moved into the store) and a new
+// SQLite store: the data dir's CA becomes the store's, also after a
+// restart.
+func TestDataDirCAMovesIntoStore(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := auth.LoadOrCreateCA(dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		c := openHAController(t, "", "c", controllerConfig{DataDir: dir})
+		if !bytes.Equal(c.ca.CertPEM, ca.CertPEM) {
+			t.Errorf("start %d: the controller's CA is not the data dir's", i+1)
+		}
+		kv, err := c.store.ControllerConfig(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv[cfgCACert] != string(ca.CertPEM) || kv[cfgCAKey] != string(ca.KeyPEM) {
+			t.Errorf("start %d: the store's CA is not the data dir's", i+1)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
 	}
 }
