@@ -19,9 +19,9 @@ controller's data directory. The controller registers its own binary at
 start; add others for machines of other architectures. A running controller
 reads the catalogue at each lookup, so additions take effect at once.
 
-The docker provider puts the agent binary into a FROM-scratch image, so it
-must be statically linked: build muster with CGO_ENABLED=0
-(e.g. CGO_ENABLED=0 go build ./cmd/muster, or CGO_ENABLED=0 go run ./cmd/muster ...).`,
+The docker provider puts the agent binary into a FROM-scratch image, with
+its loader and shared libraries copied from this host when it is
+dynamically linked.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newAgentBinariesAddCmd(), newAgentBinariesListCmd())
