@@ -237,6 +237,9 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 		hosts = append(hosts, ah)
 		c.apiAddress = cfg.APIAddress
 	}
+	if c.shared && cfg.APIAddress == "" && displayHost(host) != host {
+		c.log.Warn("listening on every address without --api-address: clients on other hosts cannot use the registered address", "listen", cfg.Listen, "registered", c.apiAddress)
+	}
 	cert, err := c.ca.ServerCertificate(hosts, cfg.Clock.Now())
 	if err != nil {
 		return nil, err
