@@ -383,6 +383,10 @@ func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
 	h.start()
 	h.add(1, muster.MachineTemplate{})
 	h.waitFor("machine 0 running", h.running("0"))
+	// Let the loop take in the record's change first: a change of the
+	// dead machine arriving after the failed stop would make it try again
+	// at once, not on the next pass.
+	h.settle()
 	inst := h.machine("0").InstanceID()
 	var fail sync.Once
 	h.prov.setHooks(func(r *recProvider) {
