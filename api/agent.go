@@ -392,6 +392,16 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		byModel[k.model] = append(byModel[k.model], k.machine)
 	}
 	for model, ids := range byModel {
+		if s.cfg.Monitors != nil && !s.cfg.Monitors(model) {
+			// Another controller watches this model's agents: forget
+			// them here rather than set them down.
+			h.mu.Lock()
+			for _, id := range ids {
+				delete(h.beats, sessionKey{model, id})
+			}
+			h.mu.Unlock()
+			continue
+		}
 		ms, err := s.store.Machines(ctx, model, ids)
 		if err != nil {
 			s.logger.Warn("heartbeat monitor: read machines", "model", model, "err", err)

@@ -261,3 +261,25 @@ func TestAgentMakesDyingMachineDead(t *testing.T) {
 		t.Fatalf("store life %s, want dead", got)
 	}
 }
+
+// TestHeartbeatMonitorsOnlyItsModels: a controller that does not run a
+// model's provisioner (Monitors false) never sets its machines down: their
+// agents heartbeat to the controller that does.
+func TestHeartbeatMonitorsOnlyItsModels(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.Monitors = func(string) bool { return false } })
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{})
+	h.provision(t, "0", "a")
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Start()
+	<-h.clock.WaitForTimers(1)
+	h.clock.Advance(30 * time.Second)
+	// The monitor forgets the machine instead of marking it: no timer is
+	// left for it, and its status stays started.
+	eventually(t, "monitor idle", func() bool { return h.clock.Timers() == 0 })
+	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
+		t.Fatalf("got status %s, want started", got)
+	}
+}

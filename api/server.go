@@ -46,6 +46,11 @@ type Config struct {
 	// ValidateModel checks a new model's provider and configuration before
 	// it is created. Errors without a code are reported as invalid.
 	ValidateModel func(m muster.Model) error
+	// Monitors reports whether this server sets the machines of a model
+	// down when their agents miss heartbeats: on a store shared by several
+	// controllers, only the one running the model's provisioner should,
+	// because agents heartbeat to it. Nil means every model.
+	Monitors func(modelUUID string) bool
 	// Metrics is served at /metrics (without authentication) when not nil.
 	Metrics prometheus.Gatherer
 }

@@ -689,7 +689,7 @@ func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		Provider:       p,
 		AgentBinaries:  c.agentBins,
 		Clock:          c.cfg.Clock,
-		Logger:         log,
+		Logger:         c.log, // the provisioner adds the model itself
 		Observer:       c.metrics.observer(m.Name),
 		APIAddresses:   apiAddresses,
 		CACert:         string(c.ca.CertPEM),
@@ -823,6 +823,9 @@ func (c *controller) newAPI(adminTokenHash string) error {
 			}
 			return nil
 		},
+		// Agents heartbeat to the controller that runs their model's
+		// provisioner: only that one sets their machines down.
+		Monitors:      func(modelUUID string) bool { return c.runner(modelUUID) != nil },
 		ValidateModel: c.validateModel,
 		Metrics:       reg,
 	})
