@@ -2,6 +2,7 @@ package muster
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -329,4 +330,45 @@ type ProvisioningInfo struct {
 	Placement   string
 	Storage     []StorageDirective
 	Group       string
+}
+
+// NewMachineTemplate builds and checks a template from the text forms the
+// CLI and the API take: constraints, group, base, placement, and storage
+// directives such as "data=10G,pool=ssd".
+func NewMachineTemplate(constraints, group, base, placement string, storage []string) (MachineTemplate, error) {
+	c, err := ParseConstraints(constraints)
+	if err != nil {
+		return MachineTemplate{}, err
+	}
+	t := MachineTemplate{Constraints: c, Base: base, Group: group, Placement: placement}
+	for _, sd := range storage {
+		d, err := ParseStorage(sd)
+		if err != nil {
+			return MachineTemplate{}, err
+		}
+		t.Storage = append(t.Storage, d)
+	}
+	if err := t.Validate(); err != nil {
+		return MachineTemplate{}, err
+	}
+	return t, nil
+}
+
+// MachineIDLess orders machine ids numerically ("2" before "10"), with
+// anything that is not a number after the numbers, by text.
+func MachineIDLess(a, b string) bool {
+	na, ea := strconv.ParseUint(a, 10, 64)
+	nb, eb := strconv.ParseUint(b, 10, 64)
+	if ea == nil && eb == nil {
+		return na < nb
+	}
+	if (ea == nil) != (eb == nil) {
+		return ea == nil
+	}
+	return a < b
+}
+
+// SortMachineIDs sorts ids with MachineIDLess.
+func SortMachineIDs(ids []string) {
+	sort.Slice(ids, func(i, j int) bool { return MachineIDLess(ids[i], ids[j]) })
 }

@@ -190,3 +190,23 @@ func TestSecrets(t *testing.T) {
 		t.Errorf("bad uuid %q", u)
 	}
 }
+
+func TestSortMachineIDs(t *testing.T) {
+	ids := []string{"10", "x", "2", "0", "b", "11"}
+	SortMachineIDs(ids)
+	if got := strings.Join(ids, ","); got != "0,2,10,11,b,x" {
+		t.Fatalf("got %s, want 0,2,10,11,b,x", got)
+	}
+}
+
+func TestNewMachineTemplate(t *testing.T) {
+	tm, err := NewMachineTemplate("cores=2", "web", "", "zone=a", []string{"data=1G"})
+	if err != nil || tm.Constraints.Cores != 2 || tm.Group != "web" || tm.Base != DefaultBase || tm.Placement != "zone=a" || tm.Storage[0].Size != 1024 {
+		t.Fatalf("got %+v, %v", tm, err)
+	}
+	for _, bad := range [][]string{{"cores=x", ""}, {"", "data"}, {"", "data=1G", "data=2G"}} {
+		if _, err := NewMachineTemplate(bad[0], "", "", "", bad[1:]); err == nil || ErrorCode(err) != EInvalid {
+			t.Errorf("%q: got %v, want an invalid error", bad, err)
+		}
+	}
+}

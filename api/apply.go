@@ -36,13 +36,13 @@ func planApply(req ApplyRequest, ms []muster.Machine) ([]GroupPlan, []muster.Mac
 		if g.Count < 0 || g.Count > MaxAddMachines {
 			return nil, nil, muster.Errorf(muster.EInvalid, "bad count %d for group %q: want 0 to %d", g.Count, g.Name, MaxAddMachines)
 		}
-		t, err := template(g.Constraints, g.Name, g.Base, "", g.Storage)
+		t, err := muster.NewMachineTemplate(g.Constraints, g.Name, g.Base, "", g.Storage)
 		if err != nil {
 			return nil, nil, &muster.Error{Code: muster.EInvalid, Message: fmt.Sprintf("group %q: %s", g.Name, muster.ErrorMessage(err)), Err: err}
 		}
 		ts[i] = t
 		ids := alive[g.Name]
-		sort.Slice(ids, func(a, b int) bool { return idLess(ids[b], ids[a]) })
+		sort.Slice(ids, func(a, b int) bool { return muster.MachineIDLess(ids[b], ids[a]) })
 		p := GroupPlan{Name: g.Name, Have: len(ids), Want: g.Count, Added: []string{}, Remove: []string{}}
 		if g.Count > len(ids) {
 			p.Add = g.Count - len(ids)

@@ -12,41 +12,6 @@ import (
 	"github.com/musterhq/muster"
 )
 
-// template builds a machine template from the request's text fields.
-func template(constraints, group, base, placement string, storage []string) (muster.MachineTemplate, error) {
-	c, err := muster.ParseConstraints(constraints)
-	if err != nil {
-		return muster.MachineTemplate{}, err
-	}
-	t := muster.MachineTemplate{Constraints: c, Base: base, Group: group, Placement: placement}
-	for _, sd := range storage {
-		d, err := muster.ParseStorage(sd)
-		if err != nil {
-			return muster.MachineTemplate{}, err
-		}
-		t.Storage = append(t.Storage, d)
-	}
-	if err := t.Validate(); err != nil {
-		return muster.MachineTemplate{}, err
-	}
-	return t, nil
-}
-
-// idLess orders machine ids numerically ("2" before "10").
-func idLess(a, b string) bool {
-	na, ea := strconv.ParseUint(a, 10, 64)
-	nb, eb := strconv.ParseUint(b, 10, 64)
-	if ea == nil && eb == nil {
-		return na < nb
-	}
-	if (ea == nil) != (eb == nil) {
-		return ea == nil
-	}
-	return a < b
-}
-
-func sortIDs(ids []string) { sort.Slice(ids, func(i, j int) bool { return idLess(ids[i], ids[j]) }) }
-
 // uniqueIDs checks and de-duplicates machine ids, keeping their order.
 func uniqueIDs(ids []string) ([]string, error) {
 	seen := make(map[string]bool, len(ids))
@@ -125,7 +90,7 @@ func addMachinesTemplates(req AddMachinesRequest) ([]muster.MachineTemplate, err
 	if n < 0 || n > MaxAddMachines {
 		return nil, muster.Errorf(muster.EInvalid, "bad count %d: want 1 to %d", req.Count, MaxAddMachines)
 	}
-	t, err := template(req.Constraints, req.Group, req.Base, req.Placement, req.Storage)
+	t, err := muster.NewMachineTemplate(req.Constraints, req.Group, req.Base, req.Placement, req.Storage)
 	if err != nil {
 		return nil, err
 	}

@@ -239,26 +239,8 @@ func sortedIDs[V any](m map[string]V) []string {
 	for id := range m {
 		ids = append(ids, id)
 	}
-	sortMachineIDs(ids)
+	muster.SortMachineIDs(ids)
 	return ids
-}
-
-// sortMachineIDs orders machine ids numerically ("2" before "10").
-func sortMachineIDs(ids []string) {
-	sort.Slice(ids, func(i, j int) bool { return idLess(ids[i], ids[j]) })
-}
-
-// idLess orders machine ids numerically, others after them by text.
-func idLess(a, b string) bool {
-	na, ea := strconv.ParseUint(a, 10, 64)
-	nb, eb := strconv.ParseUint(b, 10, 64)
-	if ea == nil && eb == nil {
-		return na < nb
-	}
-	if (ea == nil) != (eb == nil) {
-		return ea == nil
-	}
-	return a < b
 }
 
 // sortedKeys returns the keys of m sorted.

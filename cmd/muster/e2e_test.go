@@ -559,7 +559,7 @@ func TestE2EApply(t *testing.T) {
 			webIDs = append(webIDs, id)
 		}
 	}
-	sortMachineIDs(webIDs)
+	muster.SortMachineIDs(webIDs)
 	tc.ok("apply", "-f", small)
 	st = tc.status()
 	for i, id := range webIDs {

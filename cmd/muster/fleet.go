@@ -73,20 +73,5 @@ func parseFleet(data []byte) (*fleetFile, error) {
 
 // template is the machine template of a group's machines.
 func (g fleetGroup) template() (muster.MachineTemplate, error) {
-	cons, err := muster.ParseConstraints(g.Constraints)
-	if err != nil {
-		return muster.MachineTemplate{}, err
-	}
-	t := muster.MachineTemplate{Constraints: cons, Base: g.Base, Group: g.Name}
-	for _, s := range g.Storage {
-		d, err := muster.ParseStorage(s)
-		if err != nil {
-			return muster.MachineTemplate{}, err
-		}
-		t.Storage = append(t.Storage, d)
-	}
-	if err := t.Validate(); err != nil {
-		return muster.MachineTemplate{}, err
-	}
-	return t, nil
+	return muster.NewMachineTemplate(g.Constraints, g.Name, g.Base, "", g.Storage)
 }

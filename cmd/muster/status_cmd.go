@@ -16,58 +16,30 @@ import (
 )
 
 // statusJSON is `muster status --format json` exactly as SPEC §5.2 has it:
-// every key always present, lists never null.
+// the API's status without its extra "provisioner-error" key (the table
+// shows that), every key always present, lists never null.
 type statusJSON struct {
 	Model       string                       `json:"model"`
 	Provider    string                       `json:"provider"`
 	HarvestMode string                       `json:"harvest-mode"`
-	Machines    map[string]machineStatusJSON `json:"machines"`
-	Zones       map[string]zoneStatusJSON    `json:"zones"`
-}
-
-type machineStatusJSON struct {
-	Life            string   `json:"life"`
-	Status          string   `json:"status"`
-	StatusMessage   string   `json:"status-message"`
-	InstanceID      string   `json:"instance-id"`
-	InstanceStatus  string   `json:"instance-status"`
-	InstanceMessage string   `json:"instance-message"`
-	Zone            string   `json:"zone"`
-	Group           string   `json:"group"`
-	Base            string   `json:"base"`
-	Constraints     string   `json:"constraints"`
-	Hardware        string   `json:"hardware"`
-	Addresses       []string `json:"addresses"`
-	KeepInstance    bool     `json:"keep-instance"`
-}
-
-type zoneStatusJSON struct {
-	Available bool `json:"available"`
-	Machines  int  `json:"machines"`
+	Machines    map[string]api.MachineStatus `json:"machines"`
+	Zones       map[string]api.ZoneStatus    `json:"zones"`
 }
 
 func toStatusJSON(st api.Status) statusJSON {
-	out := statusJSON{
-		Model:       st.Model,
-		Provider:    st.Provider,
-		HarvestMode: st.HarvestMode,
-		Machines:    make(map[string]machineStatusJSON, len(st.Machines)),
-		Zones:       make(map[string]zoneStatusJSON, len(st.Zones)),
+	out := statusJSON{Model: st.Model, Provider: st.Provider, HarvestMode: st.HarvestMode,
+		Machines: st.Machines, Zones: st.Zones}
+	if out.Machines == nil {
+		out.Machines = map[string]api.MachineStatus{}
 	}
-	for id, m := range st.Machines {
-		addrs := m.Addresses
-		if addrs == nil {
-			addrs = []string{}
-		}
-		out.Machines[id] = machineStatusJSON{
-			Life: m.Life, Status: m.Status, StatusMessage: m.StatusMessage,
-			InstanceID: m.InstanceID, InstanceStatus: m.InstanceStatus, InstanceMessage: m.InstanceMessage,
-			Zone: m.Zone, Group: m.Group, Base: m.Base, Constraints: m.Constraints,
-			Hardware: m.Hardware, Addresses: addrs, KeepInstance: m.KeepInstance,
-		}
+	if out.Zones == nil {
+		out.Zones = map[string]api.ZoneStatus{}
 	}
-	for name, z := range st.Zones {
-		out.Zones[name] = zoneStatusJSON{Available: z.Available, Machines: z.Machines}
+	for id, m := range out.Machines {
+		if m.Addresses == nil {
+			m.Addresses = []string{}
+			out.Machines[id] = m
+		}
 	}
 	return out
 }

@@ -129,7 +129,7 @@ func waitForShowing(ctx context.Context, c *api.Client, model string, goals map[
 			sort.Slice(failures, func(i, j int) bool {
 				a, _, _ := strings.Cut(failures[i], ":")
 				b, _, _ := strings.Cut(failures[j], ":")
-				return idLess(a, b)
+				return muster.MachineIDLess(a, b)
 			})
 			return failures, nil
 		}
