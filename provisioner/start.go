@@ -50,10 +50,27 @@ type startResult struct {
 	aborted bool             // shutdown: nothing was recorded
 }
 
+// startChunk is how many pending machines are recorded and queued
+// together: after a bulk add the first starts go out once the first
+// chunk is recorded, not the whole add.
+const startChunk = 1000
+
 // queueStarts queues a start for each pending machine (P5, P6), after
-// recording the launch token, nonce and password hash of each in one
-// transaction (C1, E4).
+// recording the launch token, nonce and password hash of each, in one
+// transaction per chunk of startChunk machines (C1, E4).
 func (p *Provisioner) queueStarts(ctx context.Context, ms []muster.Machine) error {
+	for len(ms) > 0 {
+		c := ms[:min(len(ms), startChunk)]
+		ms = ms[len(c):]
+		if err := p.queueChunk(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueChunk is queueStarts for up to startChunk machines.
+func (p *Provisioner) queueChunk(ctx context.Context, ms []muster.Machine) error {
 	ids := make([]string, len(ms))
 	for i, m := range ms {
 		ids[i] = m.ID
