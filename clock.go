@@ -1,6 +1,9 @@
 package muster
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock is the time source of components whose timing tests control:
 // retry delays, TTLs, minimum ages, heartbeats.
@@ -33,3 +36,19 @@ type sysTimer struct{ t *time.Timer }
 func (t sysTimer) C() <-chan time.Time        { return t.t.C }
 func (t sysTimer) Stop() bool                 { return t.t.Stop() }
 func (t sysTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+
+// Sleep waits d on c. It returns ctx.Err() at once if ctx ends first (or
+// has ended already), and nil once d has passed.
+func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -367,17 +367,7 @@ func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
 }
 
 func (a *agent) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := a.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
+	return muster.Sleep(ctx, a.clock, d)
 }
 
 // backoff is a doubling delay with jitter (each delay is drawn from

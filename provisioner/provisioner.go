@@ -998,15 +998,5 @@ func (p *Provisioner) spread(d time.Duration) time.Duration {
 
 // sleep waits d on the clock, or until ctx ends.
 func (p *Provisioner) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := p.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return muster.Sleep(ctx, p.clock, d)
 }

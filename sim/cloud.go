@@ -429,12 +429,8 @@ func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
 	}
 	c.mu.Unlock()
 	if d > 0 {
-		t := c.clock.NewTimer(d)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := muster.Sleep(ctx, c.clock, d); err != nil {
+			return err
 		}
 	}
 	c.mu.Lock()
