@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -25,15 +24,9 @@ func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
 	now := s.clock.Now().UTC()
 	seqs := make([]int64, len(es))
 	err := s.write(ctx, func(t *wtx) error {
-		if s.d.arrays {
-			return appendEventArrays(ctx, t, es, now, seqs)
-		}
+		// Check each model once and give undated events the time now.
+		times := make([]int64, len(es))
 		checked := map[string]bool{}
-		stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
-		if err != nil {
-			return fmt.Errorf("append events: %w", err)
-		}
-		defer stmt.Close()
 		for i, e := range es {
 			if !checked[e.ModelUUID] {
 				if err := t.checkModel(ctx, e.ModelUUID); err != nil {
@@ -45,7 +38,18 @@ func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
 			if tm.IsZero() {
 				tm = now
 			}
-			if err := stmt.QueryRowContext(ctx, e.ModelUUID, e.MachineID, nanos(tm), e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
+			times[i] = nanos(tm)
+		}
+		if s.d.arrays {
+			return appendEventArrays(ctx, t, es, times, seqs)
+		}
+		stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
+		if err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
+		defer stmt.Close()
+		for i, e := range es {
+			if err := stmt.QueryRowContext(ctx, e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
 				return fmt.Errorf("append event: %w", err)
 			}
 			t.change(e.ModelUUID, muster.ChangeEvent, "")
@@ -116,23 +120,11 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 // appendEventArrays appends es in one statement with seqs taken from
 // event_counter, whose row lock (held until the commit) orders seqs like
 // commits.
-func appendEventArrays(ctx context.Context, t *wtx, es []muster.Event, now time.Time, seqs []int64) error {
-	checked := map[string]bool{}
+func appendEventArrays(ctx context.Context, t *wtx, es []muster.Event, times, seqs []int64) error {
 	n := len(es)
 	models, machines, actors, kinds, msgs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	times := make([]int64, n)
 	for i, e := range es {
-		if !checked[e.ModelUUID] {
-			if err := t.checkModel(ctx, e.ModelUUID); err != nil {
-				return err
-			}
-			checked[e.ModelUUID] = true
-		}
-		tm := e.Time
-		if tm.IsZero() {
-			tm = now
-		}
-		models[i], machines[i], actors[i], kinds[i], msgs[i], times[i] = e.ModelUUID, e.MachineID, e.Actor, e.Kind, e.Message, nanos(tm)
+		models[i], machines[i], actors[i], kinds[i], msgs[i] = e.ModelUUID, e.MachineID, e.Actor, e.Kind, e.Message
 	}
 	var last int64
 	if err := t.queryRow(ctx, `UPDATE event_counter SET seq = seq + ? WHERE one = 1 RETURNING seq`, n).Scan(&last); err != nil {
