@@ -264,22 +264,37 @@ func TestAgentMakesDyingMachineDead(t *testing.T) {
 
 // TestHeartbeatMonitorsOnlyItsModels: a controller that does not run a
 // model's provisioner (Monitors false) never sets its machines down: their
-// agents heartbeat to the controller that does.
+// agents heartbeat to the controller that does. A monitored model beside
+// it shows that the monitor did run.
 func TestHeartbeatMonitorsOnlyItsModels(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) { c.Monitors = func(string) bool { return false } })
+	var watched string
+	h := newHarness(t, func(c *api.Config) { c.Monitors = func(m string) bool { return m == watched } })
 	ctx := context.Background()
+	other, err := h.store.CreateModel(ctx, muster.Model{Name: "other", Provider: "sim", Settings: muster.DefaultSettings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched = other.UUID
+	if _, err := h.store.AddMachines(ctx, other.UUID, []muster.MachineTemplate{{}}); err != nil {
+		t.Fatal(err)
+	}
 	h.addMachines(t, api.AddMachinesRequest{})
 	h.provision(t, "0", "a")
-	if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
+	started := []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, started); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.UpdateMachines(ctx, other.UUID, started); err != nil {
 		t.Fatal(err)
 	}
 	h.srv.Start()
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
-	// The monitor forgets the machine instead of marking it: no timer is
-	// left for it, and its status stays started.
-	eventually(t, "monitor idle", func() bool { return h.clock.Timers() == 0 })
+	eventually(t, "the watched model's machine down", func() bool {
+		mc, err := h.store.Machine(ctx, other.UUID, "0")
+		return err == nil && mc.Status == muster.StatusDown
+	})
 	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
-		t.Fatalf("got status %s, want started", got)
+		t.Fatalf("unwatched model's machine: got status %s, want started", got)
 	}
 }
