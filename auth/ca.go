@@ -7,7 +7,9 @@ package auth
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -41,6 +43,15 @@ type CA struct {
 	Key     *ecdsa.PrivateKey
 	CertPEM []byte // the certificate, PEM encoded; what clients trust
 	KeyPEM  []byte // the key, PEM encoded; secret
+}
+
+// DerivedKey returns a 32-byte key for purpose, derived from the CA's
+// private key: every controller sharing the CA (HA) derives the same key,
+// and it changes only with the CA.
+func (ca *CA) DerivedKey(purpose string) []byte {
+	mac := hmac.New(sha256.New, ca.KeyPEM)
+	mac.Write([]byte("muster derived key\x00" + purpose))
+	return mac.Sum(nil)
 }
 
 // NewCA creates a self-signed ECDSA P-256 CA valid from now for CAValidity.

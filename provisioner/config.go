@@ -37,6 +37,14 @@ type Config struct {
 	// user data of every instance.
 	APIAddresses []string
 	CACert       string
+	// PasswordKey, when set, makes agent passwords a keyed hash of the
+	// model, machine and launch token instead of random. The controller
+	// derives it from a secret every controller of the store shares, so
+	// a start left in flight by a crash can be repeated with the same
+	// launch token (the cloud's idempotency token, C1) and the same
+	// password after a restart: the cloud hands back the instance the
+	// first call made rather than launching a second one.
+	PasswordKey []byte
 }
 
 // Observer receives metric events. Methods are called from several

@@ -182,3 +182,69 @@ func c4(h *harness, ids []string) error {
 	}
 	return nil
 }
+
+// TestCrashInFlightStartRepeatsLaunchToken: a crash after the cloud made an
+// instance but before it was recorded, with a listing lag that hides the
+// instance from the restarted provisioner. With a password key, the
+// restart repeats the start with the recorded launch token (the cloud's
+// idempotency token, C1) and the cloud hands back the first instance: no
+// second instance is ever launched, and the agent's password still
+// matches. Without a key (random passwords) a second instance is launched
+// and the first is later stopped as a duplicate (C3).
+func TestCrashInFlightStartRepeatsLaunchToken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		key     []byte
+		wantNew int64 // instances launched in all
+	}{
+		{"derived passwords", []byte("controller secret"), 1},
+		{"random passwords", nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, withPasswordKey(tc.key), withFaults(sim.Faults{ListingLag: time.Hour}),
+				withSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestAll }))
+			crashed := make(chan string, 1)
+			var once sync.Once
+			h.prov.setHooks(func(r *recProvider) {
+				r.afterStart = func(ctx context.Context, _ muster.StartParams, res muster.StartResult, err error) (muster.StartResult, error) {
+					if err != nil {
+						return res, err
+					}
+					first := false
+					once.Do(func() { first = true })
+					if !first {
+						return res, nil
+					}
+					crashed <- res.Instance.ID
+					<-ctx.Done() // the controller dies before the record
+					return res, ctx.Err()
+				}
+			})
+			h.start()
+			m := h.add(1, muster.MachineTemplate{})[0]
+			var first string
+			select {
+			case first = <-crashed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no start")
+			}
+			h.stop()
+			if got := h.machine(m.ID); got.HasInstance() {
+				t.Fatalf("instance recorded before the crash: %s", got.InstanceID())
+			}
+			h.start()
+			h.waitFor("the machine recorded", h.running(m.ID))
+			got := h.machine(m.ID)
+			if n := h.cloud.Stats().InstancesStarted; n != tc.wantNew {
+				t.Errorf("%d instances launched, want %d", n, tc.wantNew)
+			}
+			if tc.key != nil && got.InstanceID() != first {
+				t.Errorf("recorded instance %s, want the one launched before the crash, %s", got.InstanceID(), first)
+			}
+			if !muster.SecretMatches(h.passwords.get(got.InstanceID()), got.PasswordHash) {
+				t.Errorf("the password instance %s was started with does not match the stored hash", got.InstanceID())
+			}
+		})
+	}
+}

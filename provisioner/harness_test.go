@@ -153,6 +153,8 @@ type harness struct {
 	binaries *binaries
 	observer provisioner.Observer
 	store2   provisioner.Store // the store the provisioner uses; default store
+	// passwordKey is Config.PasswordKey.
+	passwordKey []byte
 	// passwords holds the agent password each sim instance was started
 	// with, as its agent would use it.
 	passwords *passwords
@@ -169,6 +171,8 @@ type harnessConfig struct {
 	settings func(*muster.Settings)
 	faults   sim.Faults
 	maxBatch int
+	// passwordKey is Config.PasswordKey of every provisioner started.
+	passwordKey []byte
 }
 
 func withZones(names ...string) harnessOpt {
@@ -185,6 +189,8 @@ func withSettings(fn func(*muster.Settings)) harnessOpt {
 }
 
 func withFaults(f sim.Faults) harnessOpt { return func(c *harnessConfig) { c.faults = f } }
+
+func withPasswordKey(k []byte) harnessOpt { return func(c *harnessConfig) { c.passwordKey = k } }
 
 func withMaxBatch(n int) harnessOpt { return func(c *harnessConfig) { c.maxBatch = n } }
 
@@ -231,6 +237,7 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 		binaries: &binaries{arches: []string{"amd64"}},
 	}
 	h.store2 = st
+	h.passwordKey = cfg.passwordKey
 	tb.Cleanup(h.stop)
 	return h
 }
@@ -261,6 +268,7 @@ func (h *harness) start2(prov muster.Provider) {
 		Observer:       h.observer,
 		APIAddresses:   []string{"https://127.0.0.1:17070"},
 		CACert:         "test-ca",
+		PasswordKey:    h.passwordKey,
 	})
 	if err != nil {
 		h.tb.Fatal(err)

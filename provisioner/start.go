@@ -2,6 +2,9 @@ package provisioner
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,10 +134,18 @@ func (p *Provisioner) queueChunk(ctx context.Context, ms []muster.Machine) error
 		// Every start gets a fresh launch token, nonce and password,
 		// recorded together before the provider is called (C1): an
 		// instance carrying a token therefore has the credentials stored
-		// with it, and only such an instance is ever adopted (C2).
-		j.token = muster.NewSecret()
-		j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
-		j.password = muster.NewSecret()
+		// with it, and only such an instance is ever adopted (C2). A
+		// start a crash left in flight (a token recorded, no instance, no
+		// failure) is repeated with its token and nonce when passwords
+		// are derived from them, so the cloud's idempotency token returns
+		// the instance that start may have made.
+		if inFlight(m) && p.cfg.PasswordKey != nil {
+			j.token, j.nonce = m.LaunchToken, m.Nonce
+		} else {
+			j.token = muster.NewSecret()
+			j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
+		}
+		j.password = p.agentPassword(m.ID, j.token)
 		jobs = append(jobs, j)
 		u := muster.MachineUpdate{
 			ID:              m.ID,
@@ -754,6 +765,26 @@ func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.Star
 	}
 	params.UserData = ud
 	return params, nil
+}
+
+// inFlight reports whether m's last start may have launched an instance
+// nobody recorded: a launch token was recorded with the start, and neither
+// an instance nor a failure followed.
+func inFlight(m muster.Machine) bool {
+	return m.LaunchToken != "" && m.Nonce != "" && m.InstanceID() == "" &&
+		m.InstanceStatus == muster.InstanceAllocating
+}
+
+// agentPassword returns the agent password of a start: a keyed hash of
+// the model, machine and launch token when Config.PasswordKey is set, else
+// random.
+func (p *Provisioner) agentPassword(machineID, token string) string {
+	if p.cfg.PasswordKey == nil {
+		return muster.NewSecret()
+	}
+	mac := hmac.New(sha256.New, p.cfg.PasswordKey)
+	mac.Write([]byte(p.modelUUID + "\x00" + machineID + "\x00" + token))
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 // binariesTTL is how long found agent binaries are reused: a burst of
