@@ -53,6 +53,10 @@ type Config struct {
 	Monitors func(modelUUID string) bool
 	// Metrics is served at /metrics (without authentication) when not nil.
 	Metrics prometheus.Gatherer
+	// AgentBinary returns the local file of the agent binary with a
+	// SHA-256 (hex), served at AgentBinaryPath; ENotFound when there is
+	// none. Nil serves none.
+	AgentBinary func(sha256 string) (path string, err error)
 }
 
 // Server is the API's http.Handler. Create it with NewServer, call Start to
@@ -144,6 +148,8 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/agent/models/{model}/machines/{id}", ag(s.handleAgentMachine))
 	m.Handle("PUT /v1/agent/models/{model}/machines/{id}", ag(s.handleAgentSetMachine))
 	m.Handle("POST /v1/agent/models/{model}/machines/{id}/heartbeat", ag(s.handleHeartbeat))
+
+	m.HandleFunc("GET "+AgentBinaryPath+"{sha256}", s.handleAgentBinary)
 
 	if s.cfg.Metrics != nil {
 		m.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slogPromLogger{s.logger}}))

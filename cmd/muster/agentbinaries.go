@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
 )
 
 // agentCatalogue is the agent binary catalogue of SPEC P8, kept in
@@ -302,4 +303,44 @@ func elfArch(path string) (string, error) {
 		return "riscv64", nil
 	}
 	return "", fmt.Errorf("unknown machine %s", f.Machine)
+}
+
+// pathOf returns the file of the catalogue's binary with SHA-256 sum;
+// ENotFound when there is none (what GET /v1/agent-binaries/{sha256}
+// serves).
+func (c *agentCatalogue) pathOf(sum string) (string, error) {
+	idx, err := c.load()
+	if err != nil {
+		return "", err
+	}
+	for _, e := range idx.Binaries {
+		if e.SHA256 != sum {
+			continue
+		}
+		p := e.Path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(c.dir, p)
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", muster.Errorf(muster.ENotFound, "no agent binary with SHA-256 %s", sum)
+}
+
+// downloadURLs is a binary finder whose binaries carry the URL instances
+// download them from: the controller address the model's agents use.
+type downloadURLs struct {
+	muster.AgentBinaryFinder
+	base string // https://host:port
+}
+
+func (d downloadURLs) FindAgentBinaries(ctx context.Context, version, osName, arch string) ([]muster.AgentBinary, error) {
+	bins, err := d.AgentBinaryFinder.FindAgentBinaries(ctx, version, osName, arch)
+	for i := range bins {
+		if bins[i].URL == "" && bins[i].SHA256 != "" {
+			bins[i].URL = d.base + api.AgentBinaryPath + bins[i].SHA256
+		}
+	}
+	return bins, err
 }

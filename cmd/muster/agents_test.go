@@ -229,6 +229,18 @@ func TestAgentCatalogue(t *testing.T) {
 	if _, err := cat.FindAgentBinaries(ctx, "9.9.9", "linux", "arm64"); muster.ErrorCode(err) != muster.ENotFound {
 		t.Fatalf("other version: got %v, want not-found", err)
 	}
+	// By digest, for GET /v1/agent-binaries/{sha256}; with download URLs
+	// for a model's instances.
+	if p, err := cat.pathOf(e.SHA256); err != nil || p != bins[0].Path {
+		t.Fatalf("pathOf(%s) = %q, %v; want %s", e.SHA256, p, err, bins[0].Path)
+	}
+	if _, err := cat.pathOf(strings.Repeat("0", 64)); muster.ErrorCode(err) != muster.ENotFound {
+		t.Fatalf("pathOf(unknown) = %v, want not-found", err)
+	}
+	withURLs, err := downloadURLs{cat, "https://10.0.0.1:17070"}.FindAgentBinaries(ctx, muster.Version, "linux", "arm64")
+	if err != nil || len(withURLs) != 1 || withURLs[0].URL != "https://10.0.0.1:17070/v1/agent-binaries/"+e.SHA256 {
+		t.Fatalf("download URLs: got %+v, %v", withURLs, err)
+	}
 
 	notELF := filepath.Join(t.TempDir(), "script")
 	os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755)

@@ -687,12 +687,13 @@ func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		Model:          m,
 		Store:          c.store,
 		Provider:       p,
-		AgentBinaries:  c.agentBins,
+		AgentBinaries:  downloadURLs{c.agentBins, apiAddresses[0]},
 		Clock:          c.cfg.Clock,
 		Logger:         c.log, // the provisioner adds the model itself
 		Observer:       c.metrics.observer(m.Name),
 		APIAddresses:   apiAddresses,
 		CACert:         string(c.ca.CertPEM),
+		PasswordKey:    c.ca.DerivedKey("agent passwords"),
 	}, provisioner.SupervisorOptions{})
 	c.mu.Lock()
 	c.models[m.UUID] = r
@@ -828,6 +829,7 @@ func (c *controller) newAPI(adminTokenHash string) error {
 		Monitors:      func(modelUUID string) bool { return c.runner(modelUUID) != nil },
 		ValidateModel: c.validateModel,
 		Metrics:       reg,
+		AgentBinary:   c.agentBins.pathOf,
 	})
 	if err != nil {
 		return err
