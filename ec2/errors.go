@@ -94,10 +94,15 @@ func classify(err error, action, zone string) error {
 		}
 		return &muster.ProviderError{Kind: kind, Message: msg, Err: err}
 	}
+	var ce *credentialsError
 	var se *v4.SigningError
-	if errors.As(err, &se) {
+	if errors.As(err, &ce) || errors.As(err, &se) {
+		cause := err
+		if ce != nil {
+			cause = ce.err
+		}
 		return &muster.ProviderError{Kind: muster.ErrZoneIndependent, Err: err,
-			Message: fmt.Sprintf("ec2 %s: no usable AWS credentials (set them up in the AWS credential chain: environment, ~/.aws, profile, SSO or an instance role): %s", action, oneLine(se.Error()))}
+			Message: fmt.Sprintf("ec2 %s: no usable AWS credentials (set them up in the AWS credential chain: environment, ~/.aws, profile, SSO or an instance role): %s", action, oneLine(cause.Error()))}
 	}
 	return &muster.ProviderError{Kind: muster.ErrUnavailable, Err: err,
 		Message: fmt.Sprintf("ec2 %s%s: %s", action, where, oneLine(err.Error()))}

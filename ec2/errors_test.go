@@ -137,6 +137,13 @@ func TestClassifyNonAPIErrors(t *testing.T) {
 			t.Errorf("message %q does not say where credentials come from", err)
 		}
 	})
+	t.Run("credentials chain", func(t *testing.T) {
+		orig := &smithy.OperationError{OperationName: "RunInstances", Err: fmt.Errorf("get identity: %w", &credentialsError{errors.New("no EC2 IMDS role found")})}
+		err := classify(orig, "RunInstances", "a")
+		if k := muster.ProviderErrorKindOf(err); k != muster.ErrZoneIndependent || !strings.Contains(err.Error(), "no EC2 IMDS role found") {
+			t.Errorf("got %s %v, want a zone-independent error with the cause", k, err)
+		}
+	})
 	t.Run("already classified", func(t *testing.T) {
 		orig := muster.NewProviderError(muster.ErrCapacity, "b", "full")
 		if err := classify(orig, "RunInstances", "a"); err != orig {

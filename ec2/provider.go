@@ -123,6 +123,9 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 		batches:    map[string]map[int]launch{},
 		calls:      map[string]int{},
 	}
+	if awsCfg.Credentials != nil {
+		awsCfg.Credentials = credentialsMarker{awsCfg.Credentials} // already cached by config
+	}
 	p.client = ec2.NewFromConfig(awsCfg, func(o *ec2.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
@@ -149,6 +152,24 @@ func newRetryer() aws.Retryer {
 		o.RateLimiter = ratelimit.None
 	})
 }
+
+// credentialsMarker marks the failures of a credentials provider, so that
+// classify tells them from failures of EC2.
+type credentialsMarker struct{ aws.CredentialsProvider }
+
+func (m credentialsMarker) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := m.CredentialsProvider.Retrieve(ctx)
+	if err != nil {
+		return c, &credentialsError{err}
+	}
+	return c, nil
+}
+
+// credentialsError is a failure to find credentials in the AWS chain.
+type credentialsError struct{ err error }
+
+func (e *credentialsError) Error() string { return "get AWS credentials: " + e.err.Error() }
+func (e *credentialsError) Unwrap() error { return e.err }
 
 // countCalls counts operations (not attempts) by name.
 func (p *Provider) countCalls(stack *middleware.Stack) error {
@@ -355,13 +376,13 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 		seenToken[next] = true
 		token = res.NextToken
 	}
+	resolved, err := p.resolveBatches(ctx, resIDs)
+	if err != nil {
+		return nil, err
+	}
 	for rid, ps := range unknown {
-		ls, err := p.batchLaunches(ctx, rid, resIDs[rid])
-		if err != nil {
-			return nil, err
-		}
 		for _, x := range ps {
-			l, ok := ls[x.index]
+			l, ok := resolved[rid][x.index]
 			if !ok {
 				continue
 			}
@@ -407,6 +428,39 @@ func (p *Provider) instance(inst types.Instance) muster.Instance {
 	return in
 }
 
+// resolveParallel bounds the DescribeInstanceAttribute calls one listing
+// makes at once (a restarted controller resolves every batch reservation).
+const resolveParallel = 8
+
+// resolveBatches returns the launches of the batch reservations of
+// resIDs (reservation → its batch instance ids), a few at a time. What was
+// resolved stays cached even when another reservation fails.
+func (p *Provider) resolveBatches(ctx context.Context, resIDs map[string][]string) (map[string]map[int]launch, error) {
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr error
+		out      = map[string]map[int]launch{}
+		sem      = make(chan struct{}, resolveParallel)
+	)
+	for rid, ids := range resIDs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ls, err := p.batchLaunches(ctx, rid, ids)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			out[rid] = ls
+		}()
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
 // batchLaunches returns the launches of a batch reservation, from the
 // cache or from the user data of one of its instances (ids).
 func (p *Provider) batchLaunches(ctx context.Context, rid string, ids []string) (map[int]launch, error) {
@@ -417,20 +471,16 @@ func (p *Provider) batchLaunches(ctx context.Context, rid string, ids []string) 
 		return ls, nil
 	}
 	for _, id := range ids {
-		out, err := p.client.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{
-			InstanceId: aws.String(id), Attribute: types.InstanceAttributeNameUserData,
-		})
+		out, err := p.client.DescribeInstanceAttribute(ctx, describeUserData(id))
 		if apiCode(err) == codeInstanceNotFound {
 			continue // ended meanwhile; try another of the reservation
 		}
 		if err != nil {
 			return nil, classify(err, "DescribeInstanceAttribute", "")
 		}
-		var data []byte
-		if out.UserData != nil {
-			if data, err = base64.StdEncoding.DecodeString(aws.ToString(out.UserData.Value)); err != nil {
-				p.log.Warn("batch user data is not base64", "reservation", rid, "instance", id, "err", err)
-			}
+		data, err := decodeUserData(out.UserData)
+		if err != nil {
+			p.log.Warn("batch user data is not base64", "reservation", rid, "instance", id, "err", err)
 		}
 		ls, err = parseLaunches(data)
 		if err != nil {
@@ -443,6 +493,19 @@ func (p *Provider) batchLaunches(ctx context.Context, rid string, ids []string) 
 		return ls, nil
 	}
 	return nil, nil
+}
+
+func describeUserData(id string) *ec2.DescribeInstanceAttributeInput {
+	return &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(id), Attribute: types.InstanceAttributeNameUserData}
+}
+
+// decodeUserData decodes the userData attribute of an instance; nil or
+// empty is no user data.
+func decodeUserData(v *types.AttributeValue) ([]byte, error) {
+	if v == nil || aws.ToString(v.Value) == "" {
+		return nil, nil
+	}
+	return base64.StdEncoding.DecodeString(aws.ToString(v.Value))
 }
 
 // StopInstances terminates those of ids that are this model's instances:
