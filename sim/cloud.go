@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -58,17 +59,24 @@ type Config struct {
 	// Logger receives warnings (e.g. a state file that cannot be written).
 	// Default slog.Default().
 	Logger *slog.Logger
+	// EC2AccessKey and EC2SecretKey are the key pair the EC2 API
+	// (NewServer's /ec2/) accepts SigV4 signatures of. Defaults
+	// DefaultEC2AccessKey and DefaultEC2SecretKey.
+	EC2AccessKey string
+	EC2SecretKey string
 }
 
 // Cloud is a simulated cloud. It is safe for concurrent use.
 type Cloud struct {
-	clock    muster.Clock
-	file     string
-	maxBatch int
-	onStart  func(Instance, muster.StartParams)
-	onStop   func(string)
-	logger   *slog.Logger
-	spaces   []SpaceConfig
+	clock     muster.Clock
+	file      string
+	maxBatch  int
+	onStart   func(Instance, muster.StartParams)
+	onStop    func(string)
+	logger    *slog.Logger
+	spaces    []SpaceConfig
+	ec2Key    string
+	ec2Secret string
 
 	mu           sync.Mutex
 	rnd          *rand.Rand
@@ -82,8 +90,11 @@ type Cloud struct {
 	buckets      map[string]*bucket
 	instBkt      bucket
 	stats        Stats
-	journal      [][]byte // state file records not yet written
-	needSnapshot bool     // a record could not be encoded
+	reservations map[string]*reservation // EC2 reservations by client token
+	tombs        map[string]*tombstone   // terminated instances, for the EC2 API
+	tombOrder    []string                // tombs' ids, oldest first
+	journal      [][]byte                // state file records not yet written
+	needSnapshot bool                    // a record could not be encoded
 
 	saveMu sync.Mutex
 	out    *os.File // the state file, open for appending
@@ -121,22 +132,26 @@ const (
 // exists.
 func Open(cfg Config) (*Cloud, error) {
 	c := &Cloud{
-		clock:     cfg.Clock,
-		file:      cfg.StateFile,
-		maxBatch:  cfg.MaxBatch,
-		onStart:   cfg.OnStart,
-		onStop:    cfg.OnStop,
-		logger:    cfg.Logger,
-		spaces:    cfg.Spaces,
-		instances: map[string]*Instance{},
-		params:    map[string]*muster.StartParams{},
-		tokens:    map[string]string{},
-		addrUsed:  map[string]bool{},
-		buckets:   map[string]*bucket{},
-		stats:     newStats(),
-		saveDelay: cfg.SaveDelay,
-		kick:      make(chan struct{}, 1),
-		quit:      make(chan struct{}),
+		clock:        cfg.Clock,
+		file:         cfg.StateFile,
+		maxBatch:     cfg.MaxBatch,
+		onStart:      cfg.OnStart,
+		onStop:       cfg.OnStop,
+		logger:       cfg.Logger,
+		spaces:       cfg.Spaces,
+		instances:    map[string]*Instance{},
+		params:       map[string]*muster.StartParams{},
+		tokens:       map[string]string{},
+		addrUsed:     map[string]bool{},
+		buckets:      map[string]*bucket{},
+		stats:        newStats(),
+		ec2Key:       cfg.EC2AccessKey,
+		ec2Secret:    cfg.EC2SecretKey,
+		reservations: map[string]*reservation{},
+		tombs:        map[string]*tombstone{},
+		saveDelay:    cfg.SaveDelay,
+		kick:         make(chan struct{}, 1),
+		quit:         make(chan struct{}),
 	}
 	if c.clock == nil {
 		c.clock = muster.SystemClock
@@ -149,6 +164,12 @@ func Open(cfg Config) (*Cloud, error) {
 	}
 	if c.spaces == nil {
 		c.spaces = DefaultSpaces
+	}
+	if c.ec2Key == "" {
+		c.ec2Key = DefaultEC2AccessKey
+	}
+	if c.ec2Secret == "" {
+		c.ec2Secret = DefaultEC2SecretKey
 	}
 	if len(c.spaces) > 16 {
 		return nil, muster.Errorf(muster.EInvalid, "sim: %d spaces configured, at most 16", len(c.spaces))
@@ -218,6 +239,21 @@ func Open(cfg Config) (*Cloud, error) {
 			z.used += inst.Cores
 			z.instances++
 			restored = append(restored, &inst)
+		}
+		for i := range loaded.Reservations {
+			r := loaded.Reservations[i]
+			if r.ClientToken != "" {
+				c.reservations[r.ClientToken] = &r
+			}
+		}
+		now := c.clock.Now()
+		sort.SliceStable(loaded.Ended, func(i, j int) bool { return loaded.Ended[i].Ended.Before(loaded.Ended[j].Ended) })
+		for i := range loaded.Ended {
+			t := loaded.Ended[i]
+			if c.instances[t.Instance.ID] == nil && now.Sub(t.Ended) < TombstoneTTL {
+				c.tombs[t.Instance.ID] = &t
+				c.tombOrder = append(c.tombOrder, t.Instance.ID)
+			}
 		}
 	}
 	if err := c.save(true); err != nil {
@@ -442,8 +478,44 @@ func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
 	return nil
 }
 
+// leave ends a call of kind that has done its work: it holds the reply for
+// Faults.ReplyDelay, then loses it when Faults.LoseReplies says so (an
+// ErrUnavailable error wrapping errReplyLost). c.mu is not held.
+func (c *Cloud) leave(ctx context.Context, kind string) error {
+	c.mu.Lock()
+	lat := c.faults.ReplyDelay[kind]
+	d := lat.Fixed
+	if lat.Jitter > 0 {
+		d += time.Duration(c.rnd.Int64N(int64(lat.Jitter) + 1))
+	}
+	lose := c.faults.LoseReplies[kind] > 0
+	if lose {
+		if c.faults.LoseReplies[kind]--; c.faults.LoseReplies[kind] == 0 {
+			delete(c.faults.LoseReplies, kind)
+		}
+		c.logConfig()
+	}
+	c.mu.Unlock()
+	if lose {
+		c.persist()
+	}
+	if d > 0 {
+		if err := muster.Sleep(ctx, c.clock, d); err != nil {
+			return err
+		}
+	}
+	if lose {
+		return &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "sim: the reply of a " + kind + " call was lost", Err: errReplyLost}
+	}
+	return nil
+}
+
+// errReplyLost marks a call whose reply Faults.LoseReplies dropped: the
+// HTTP server closes the connection instead of answering.
+var errReplyLost = errors.New("reply lost")
+
 // start starts ps for a controller and model: the call-level error is for
-// the whole call (throttled, cancelled, injected failure).
+// the whole call (throttled, cancelled, injected failure, lost reply).
 func (c *Cloud) start(ctx context.Context, controller, model string, ps []muster.StartParams) ([]muster.StartOutcome, error) {
 	if len(ps) > c.maxBatch {
 		return nil, muster.NewProviderError(muster.ErrZoneIndependent, "", "sim: %d instances in one start call, at most %d", len(ps), c.maxBatch)
@@ -452,11 +524,7 @@ func (c *Cloud) start(ctx context.Context, controller, model string, ps []muster
 		return nil, err
 	}
 	out := make([]muster.StartOutcome, len(ps))
-	type started struct {
-		inst Instance
-		p    muster.StartParams
-	}
-	var news []started
+	var news []*Instance
 	c.mu.Lock()
 	for i, p := range ps {
 		inst, isNew, err := c.startOne(controller, model, p)
@@ -467,22 +535,42 @@ func (c *Cloud) start(ctx context.Context, controller, model string, ps []muster
 		}
 		out[i].Result = inst.Result()
 		if isNew {
-			news = append(news, started{cloneInstance(inst), p})
+			news = append(news, inst)
+		}
+	}
+	c.started(news)
+	if err := c.leave(ctx, CallStart); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// started unlocks c.mu, saves the state and reports news to OnStart.
+func (c *Cloud) started(news []*Instance) {
+	type hook struct {
+		inst Instance
+		p    muster.StartParams
+	}
+	var hooks []hook
+	if c.onStart != nil {
+		for _, inst := range news {
+			if p := c.params[inst.ID]; p != nil {
+				hooks = append(hooks, hook{cloneInstance(inst), *p})
+			}
 		}
 	}
 	c.mu.Unlock()
 	if len(news) > 0 {
 		c.persist()
-		if c.onStart != nil {
-			for _, s := range news {
-				c.onStart(s.inst, s.p)
-			}
-		}
 	}
-	return out, nil
+	for _, h := range hooks {
+		c.onStart(h.inst, h.p)
+	}
 }
 
-// startOne starts one instance; c.mu is held.
+// startOne starts one instance of the sim's own start call: the launch
+// token, base, arch, constraints, zone and spaces of p decide; c.mu is
+// held.
 func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Instance, bool, error) {
 	if p.LaunchToken != "" {
 		if id, ok := c.tokens[tokenKey(controller, model, p.LaunchToken)]; ok {
@@ -513,6 +601,63 @@ func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Insta
 	if err != nil {
 		return nil, false, err
 	}
+	tags := copyTags(p.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags[muster.TagController] = controller
+	tags[muster.TagModel] = model
+	if p.MachineID != "" {
+		tags[muster.TagMachine] = p.MachineID
+	}
+	if p.LaunchToken != "" {
+		tags[muster.TagLaunchToken] = p.LaunchToken
+	}
+	// The sim names the devices of attachments itself.
+	atts := make([]muster.VolumeAttachment, len(p.Attachments))
+	for i, a := range p.Attachments {
+		a.DeviceName = ""
+		atts[i] = a
+	}
+	pc := p
+	pc.ControllerUUID, pc.ModelUUID = controller, model
+	inst, err := c.launch(launchSpec{
+		zone: z, typ: it, base: base, spaces: p.SubnetsToZones,
+		rootDisk: max(p.Constraints.RootDisk, DefaultRootDisk), tags: tags,
+		volumes: p.Volumes, attachments: atts, params: pc, created: c.clock.Now(),
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return inst, true, nil
+}
+
+// launchSpec is one instance to launch in a chosen zone.
+type launchSpec struct {
+	zone *zone
+	typ  InstanceType
+	base string
+	// subnet, when set, is the one subnet the instance gets an address
+	// in; else spaces (one subnet id → zones map per space) give one
+	// address per space, else the zone's first subnet gives one.
+	subnet      *subnet
+	spaces      []map[string][]string
+	rootDisk    uint64            // MiB
+	tags        map[string]string // the instance's, complete
+	volumes     []muster.Volume   // VolumeID is set here; Size 0 means 1 GiB
+	attachments []muster.VolumeAttachment
+	params      muster.StartParams // kept for OnStart and the state file
+	ec2         *EC2Attrs
+	created     time.Time
+}
+
+// errNoAddress marks a capacity error of a full subnet.
+var errNoAddress = errors.New("no free address")
+
+// launch starts one instance as l says, subject to the zone's FailNext,
+// error rate and capacity; c.mu is held.
+func (c *Cloud) launch(l launchSpec) (*Instance, error) {
+	z, it := l.zone, l.typ
 	if n := c.faults.FailNext[z.Name]; n > 0 {
 		if n == 1 {
 			delete(c.faults.FailNext, z.Name)
@@ -520,30 +665,31 @@ func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Insta
 			c.faults.FailNext[z.Name] = n - 1
 		}
 		c.logConfig()
-		return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
+		return nil, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
 	}
 	if rate := c.faults.ZoneErrorRate[z.Name]; rate > 0 && c.rnd.Float64() < rate {
-		return nil, false, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: injected start failure in zone %q", z.Name)
+		return nil, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: injected start failure in zone %q", z.Name)
 	}
 	if z.Capacity != Unlimited && z.used+it.Cores > z.Capacity {
-		return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
+		return nil, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
 	}
-	// Addresses: one per requested space, else one in the zone's first subnet.
+	// Addresses: in the given subnet, or one per requested space, or one
+	// in the zone's first subnet.
 	var nets []*subnet
-	if len(p.SubnetsToZones) > 0 {
-		for i, m := range p.SubnetsToZones {
+	switch {
+	case l.subnet != nil:
+		nets = []*subnet{l.subnet}
+	case len(l.spaces) > 0:
+		for i, m := range l.spaces {
 			s := c.subnetFor(m, z.Name)
 			if s == nil {
-				return nil, false, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: no subnet of requested space %d in zone %q", i+1, z.Name)
+				return nil, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: no subnet of requested space %d in zone %q", i+1, z.Name)
 			}
 			nets = append(nets, s)
 		}
-	} else {
-		for _, s := range c.subnets {
-			if s.Zone == z.Name {
-				nets = append(nets, s)
-				break
-			}
+	default:
+		if s := c.firstSubnet(z.Name); s != nil {
+			nets = []*subnet{s}
 		}
 	}
 	var addrs []string
@@ -553,7 +699,7 @@ func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Insta
 			for _, x := range addrs {
 				delete(c.addrUsed, x)
 			}
-			return nil, false, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: no free address in subnet %s", s.ID)
+			return nil, &muster.ProviderError{Kind: muster.ErrCapacity, Zone: z.Name, Message: fmt.Sprintf("sim: no free address in subnet %s", s.ID), Err: errNoAddress}
 		}
 		addrs = append(addrs, a)
 	}
@@ -565,46 +711,49 @@ func (c *Cloud) startOne(controller, model string, p muster.StartParams) (*Insta
 		Arch:         it.Arch,
 		Cores:        it.Cores,
 		Mem:          it.Mem,
-		RootDisk:     max(p.Constraints.RootDisk, DefaultRootDisk),
-		Base:         base,
-		Tags:         copyTags(p.Tags),
+		RootDisk:     l.rootDisk,
+		Base:         l.base,
+		Tags:         l.tags,
 		Addresses:    addrs,
-		Created:      c.clock.Now(),
+		Created:      l.created,
 		State:        "running",
+		EC2:          l.ec2,
 	}
-	if inst.Tags == nil {
-		inst.Tags = map[string]string{}
-	}
-	inst.Tags[muster.TagController] = controller
-	inst.Tags[muster.TagModel] = model
-	if p.MachineID != "" {
-		inst.Tags[muster.TagMachine] = p.MachineID
-	}
-	if p.LaunchToken != "" {
-		inst.Tags[muster.TagLaunchToken] = p.LaunchToken
-		c.tokens[tokenKey(controller, model, p.LaunchToken)] = id
-	}
-	for _, v := range p.Volumes {
+	for _, v := range l.volumes {
 		v.VolumeID = c.newID("vol-")
 		if v.Size == 0 {
 			v.Size = 1 << 10
 		}
 		inst.Volumes = append(inst.Volumes, v)
 	}
-	for i, a := range p.Attachments {
+	for i, a := range l.attachments {
 		a.InstanceID = id
-		a.DeviceName = fmt.Sprintf("/dev/sd%c", 'b'+rune(i%25))
+		if a.DeviceName == "" {
+			a.DeviceName = fmt.Sprintf("/dev/sd%c", 'b'+rune(i%25))
+		}
 		inst.Attachments = append(inst.Attachments, a)
 	}
-	pc := p
-	pc.ControllerUUID, pc.ModelUUID = controller, model
+	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
+		c.tokens[tokenKey(inst.Controller(), inst.Model(), tok)] = id
+	}
+	p := l.params
 	c.instances[id] = inst
-	c.params[id] = &pc
+	c.params[id] = &p
 	z.used += it.Cores
 	z.instances++
 	c.stats.InstancesStarted++
 	c.logPut(inst)
-	return inst, true, nil
+	return inst, nil
+}
+
+// firstSubnet returns the first subnet of zone, nil if it has none.
+func (c *Cloud) firstSubnet(zone string) *subnet {
+	for _, s := range c.subnets {
+		if s.Zone == zone {
+			return s
+		}
+	}
+	return nil
 }
 
 // subnetFor returns the subnet of m (subnet id → zones) in zone.
@@ -704,7 +853,7 @@ func (c *Cloud) stop(ctx context.Context, controller, model string, ids []string
 	}
 	c.mu.Unlock()
 	c.afterStop(stopped)
-	return nil
+	return c.leave(ctx, CallStop)
 }
 
 func (c *Cloud) afterStop(stopped []string) {
@@ -719,8 +868,32 @@ func (c *Cloud) afterStop(stopped []string) {
 	}
 }
 
-// removeLocked removes inst; c.mu is held.
+// removeLocked removes inst, keeping a tombstone of it for the EC2 API;
+// c.mu is held.
 func (c *Cloud) removeLocked(inst *Instance) {
+	c.forgetLocked(inst)
+	now := c.clock.Now()
+	c.pruneTombsLocked(now)
+	t := &tombstone{Instance: cloneInstance(inst), Ended: now}
+	t.Instance.State = "terminated"
+	c.tombs[inst.ID] = t
+	c.tombOrder = append(c.tombOrder, inst.ID)
+	c.stats.InstancesStopped++
+	if c.file != "" {
+		c.logRecord(record{Del: inst.ID, Ended: &now})
+	}
+}
+
+// unlaunchLocked removes inst without a trace (a launch rolled back); c.mu
+// is held.
+func (c *Cloud) unlaunchLocked(inst *Instance) {
+	c.forgetLocked(inst)
+	c.stats.InstancesStarted--
+	c.logDel(inst.ID)
+}
+
+// forgetLocked undoes what launch recorded of inst; c.mu is held.
+func (c *Cloud) forgetLocked(inst *Instance) {
 	delete(c.instances, inst.ID)
 	delete(c.params, inst.ID)
 	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
@@ -736,8 +909,31 @@ func (c *Cloud) removeLocked(inst *Instance) {
 		z.used -= inst.Cores
 		z.instances--
 	}
-	c.stats.InstancesStopped++
-	c.logDel(inst.ID)
+}
+
+// TombstoneTTL is how long the EC2 API lists a terminated instance (on
+// the cloud's clock).
+const TombstoneTTL = time.Hour
+
+// tombstone is a terminated instance the EC2 API still lists.
+type tombstone struct {
+	Instance Instance  `json:"instance"`
+	Ended    time.Time `json:"ended"`
+}
+
+// pruneTombsLocked drops the tombstones older than TombstoneTTL; c.mu is
+// held.
+func (c *Cloud) pruneTombsLocked(now time.Time) {
+	n := 0
+	for n < len(c.tombOrder) {
+		t := c.tombs[c.tombOrder[n]]
+		if t != nil && now.Sub(t.Ended) < TombstoneTTL {
+			break
+		}
+		delete(c.tombs, c.tombOrder[n])
+		n++
+	}
+	c.tombOrder = c.tombOrder[n:]
 }
 
 // list returns the listed instances of controller and model.
@@ -746,7 +942,6 @@ func (c *Cloud) list(ctx context.Context, controller, model string) ([]muster.In
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := c.clock.Now()
 	lag := c.faults.ListingLag
 	out := []muster.Instance{}
@@ -758,6 +953,10 @@ func (c *Cloud) list(ctx context.Context, controller, model string) ([]muster.In
 			continue
 		}
 		out = append(out, inst.Provider())
+	}
+	c.mu.Unlock()
+	if err := c.leave(ctx, CallList); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -781,10 +980,13 @@ func (c *Cloud) listZones(ctx context.Context) ([]muster.Zone, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := make([]muster.Zone, 0, len(c.zones))
 	for _, z := range c.zones {
 		out = append(out, muster.Zone{Name: z.Name, Available: z.Available})
+	}
+	c.mu.Unlock()
+	if err := c.leave(ctx, CallZones); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -794,10 +996,13 @@ func (c *Cloud) listSubnets(ctx context.Context) ([]muster.Subnet, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := make([]muster.Subnet, 0, len(c.subnets))
 	for _, s := range c.subnets {
 		out = append(out, s.Subnet)
+	}
+	c.mu.Unlock()
+	if err := c.leave(ctx, CallSubnets); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -808,6 +1013,15 @@ func (c *Cloud) deriveZones(ctx context.Context, p muster.StartParams) ([]string
 	if err := c.enter(ctx, CallDeriveZones, 0); err != nil {
 		return nil, err
 	}
+	zs, err := c.allowedZones(p)
+	if lerr := c.leave(ctx, CallDeriveZones); lerr != nil {
+		return nil, lerr
+	}
+	return zs, err
+}
+
+// allowedZones is deriveZones' work.
+func (c *Cloud) allowedZones(p muster.StartParams) ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var allowed []string // nil = any
@@ -999,6 +1213,22 @@ func checkFaults(f Faults) error {
 	if f.ListingLag < 0 {
 		return muster.Errorf(muster.EInvalid, "sim: negative listing lag")
 	}
+	for k, l := range f.ReplyDelay {
+		if !contains(CallKinds, k) {
+			return muster.Errorf(muster.EInvalid, "sim: unknown call kind %q (want one of %s)", k, strings.Join(CallKinds, ", "))
+		}
+		if l.Fixed < 0 || l.Jitter < 0 {
+			return muster.Errorf(muster.EInvalid, "sim: negative reply delay for %s", k)
+		}
+	}
+	for k, n := range f.LoseReplies {
+		if !contains(CallKinds, k) {
+			return muster.Errorf(muster.EInvalid, "sim: unknown call kind %q (want one of %s)", k, strings.Join(CallKinds, ", "))
+		}
+		if n < 0 {
+			return muster.Errorf(muster.EInvalid, "sim: lose-replies count %d for %s is negative", n, k)
+		}
+	}
 	return nil
 }
 
@@ -1009,6 +1239,8 @@ func cloneFaults(f Faults) Faults {
 	out.ErrorRate = cloneMap(f.ErrorRate)
 	out.ZoneErrorRate = cloneMap(f.ZoneErrorRate)
 	out.FailNext = cloneMap(f.FailNext)
+	out.ReplyDelay = cloneMap(f.ReplyDelay)
+	out.LoseReplies = cloneMap(f.LoseReplies)
 	return out
 }
 
@@ -1029,6 +1261,11 @@ func cloneInstance(i *Instance) Instance {
 	out.Addresses = append([]string(nil), i.Addresses...)
 	out.Volumes = append([]muster.Volume(nil), i.Volumes...)
 	out.Attachments = append([]muster.VolumeAttachment(nil), i.Attachments...)
+	if i.EC2 != nil {
+		e := *i.EC2
+		e.KeepVolumes = append([]string(nil), e.KeepVolumes...)
+		out.EC2 = &e
+	}
 	return out
 }
 

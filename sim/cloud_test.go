@@ -623,6 +623,10 @@ func TestSetFaultsRejectsBadValues(t *testing.T) {
 		{"negative latency", sim.Faults{Latency: map[string]sim.Latency{sim.CallList: {Fixed: -1}}}},
 		{"negative burst", sim.Faults{InstanceRate: sim.Bucket{Burst: -1}}},
 		{"negative lag", sim.Faults{ListingLag: -time.Second}},
+		{"reply delay of unknown kind", sim.Faults{ReplyDelay: map[string]sim.Latency{"reboot": {Fixed: 1}}}},
+		{"negative reply delay", sim.Faults{ReplyDelay: map[string]sim.Latency{sim.CallDescribe: {Jitter: -1}}}},
+		{"lost replies of unknown kind", sim.Faults{LoseReplies: map[string]int{"reboot": 1}}},
+		{"negative lost replies", sim.Faults{LoseReplies: map[string]int{sim.CallStart: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,6 +38,8 @@ import (
 //	POST /v1/admin/remove  {"ids": [...]} → {"removed": N}
 //	GET  /v1/admin/stats                  → Stats
 //	POST /v1/admin/stats/reset            → {}
+//
+// and, at POST /ec2/ (or /ec2), a subset of the EC2 Query API (see ec2.go).
 
 type startRequest struct {
 	Controller string               `json:"controller"`
@@ -143,6 +145,8 @@ func NewServer(c *Cloud) http.Handler {
 	mux.HandleFunc("POST /v1/admin/remove", s.adminRemove)
 	mux.HandleFunc("GET /v1/admin/stats", s.adminStats)
 	mux.HandleFunc("POST /v1/admin/stats/reset", s.adminResetStats)
+	mux.HandleFunc("POST /ec2/", s.ec2)
+	mux.HandleFunc("POST /ec2", s.ec2)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, muster.Errorf(muster.ENotFound, "sim: no such endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -169,8 +173,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, errReplyLost) {
+		dropConnection(w)
+		return
+	}
 	we := toWire(err)
 	writeJSON(w, statusOf(we), map[string]*wireError{"error": we})
+}
+
+// dropConnection closes the connection of w without a response (a lost
+// reply, Faults.LoseReplies).
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// HTTP/2, or a writer that cannot be hijacked: abort the
+		// response, which net/http does without logging.
+		panic(http.ErrAbortHandler)
+	}
+	conn.Close()
 }
 
 func reply(w http.ResponseWriter, v any, err error) {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -24,6 +26,11 @@ type state struct {
 	Zones     []ZoneConfig        `json:"zones"`
 	Faults    Faults              `json:"faults"`
 	Instances []persistedInstance `json:"instances"`
+	// Reservations are the EC2 API's reservations with a client token,
+	// kept for the cloud's lifetime (idempotency).
+	Reservations []reservation `json:"reservations,omitempty"`
+	// Ended are the terminated instances the EC2 API still lists.
+	Ended []tombstone `json:"ended,omitempty"`
 }
 
 const stateVersion = 2
@@ -32,7 +39,11 @@ const stateVersion = 2
 type record struct {
 	Put    *persistedInstance `json:"put,omitempty"`
 	Del    string             `json:"del,omitempty"`
+	Ended  *time.Time         `json:"ended,omitempty"` // with Del: terminated then, not rolled back
 	Config *config            `json:"config,omitempty"`
+	// Reservation is an EC2 reservation with a client token, new or
+	// replacing the one of its token.
+	Reservation *reservation `json:"reservation,omitempty"`
 }
 
 type config struct {
@@ -73,6 +84,15 @@ func readState(path string) (*state, error) {
 	}
 	order := []string{}
 	insts := map[string]persistedInstance{}
+	ended := st.Ended
+	resOrder := []string{}
+	res := map[string]reservation{}
+	for _, r := range st.Reservations {
+		if _, ok := res[r.ClientToken]; !ok {
+			resOrder = append(resOrder, r.ClientToken)
+		}
+		res[r.ClientToken] = r
+	}
 	for _, pi := range st.Instances {
 		if _, ok := insts[pi.ID]; !ok {
 			order = append(order, pi.ID)
@@ -101,9 +121,19 @@ func readState(path string) (*state, error) {
 			}
 			insts[rec.Put.ID] = *rec.Put
 		case rec.Del != "":
+			if pi, ok := insts[rec.Del]; ok && rec.Ended != nil {
+				pi.Instance.State = "terminated"
+				ended = append(ended, tombstone{Instance: pi.Instance, Ended: *rec.Ended})
+			}
 			delete(insts, rec.Del)
 		case rec.Config != nil:
 			st.Zones, st.Faults = rec.Config.Zones, rec.Config.Faults
+		case rec.Reservation != nil:
+			r := *rec.Reservation
+			if _, ok := res[r.ClientToken]; !ok {
+				resOrder = append(resOrder, r.ClientToken)
+			}
+			res[r.ClientToken] = r
 		default:
 			return nil, bad("line %d: empty record", line)
 		}
@@ -117,6 +147,11 @@ func readState(path string) (*state, error) {
 			st.Instances = append(st.Instances, pi)
 			delete(insts, id)
 		}
+	}
+	st.Ended = ended
+	st.Reservations = nil
+	for _, tok := range resOrder {
+		st.Reservations = append(st.Reservations, res[tok])
 	}
 	return &st, nil
 }
@@ -203,6 +238,16 @@ func (c *Cloud) save(force bool) error {
 		for _, inst := range c.sortedLocked() {
 			st.Instances = append(st.Instances, persistedInstance{Instance: *inst, Params: c.params[inst.ID]})
 		}
+		c.pruneTombsLocked(c.clock.Now())
+		for _, id := range c.tombOrder {
+			if t := c.tombs[id]; t != nil {
+				st.Ended = append(st.Ended, *t)
+			}
+		}
+		for _, r := range c.reservations {
+			st.Reservations = append(st.Reservations, *r)
+		}
+		sort.Slice(st.Reservations, func(i, j int) bool { return st.Reservations[i].ID < st.Reservations[j].ID })
 		c.journal, c.needSnapshot = nil, false
 		b, err := json.Marshal(st)
 		c.mu.Unlock()

@@ -15,10 +15,14 @@ const (
 	CallZones       = "zones"
 	CallSubnets     = "subnets"
 	CallDeriveZones = "derive-zones"
+	// CallDescribe is the EC2 API's DescribeImages, DescribeInstanceTypes
+	// and DescribeInstanceAttribute (the other EC2 actions count as the
+	// sim call of the same meaning: RunInstances as CallStart, ...).
+	CallDescribe = "describe"
 )
 
 // CallKinds lists every call kind.
-var CallKinds = []string{CallStart, CallStop, CallList, CallZones, CallSubnets, CallDeriveZones}
+var CallKinds = []string{CallStart, CallStop, CallList, CallZones, CallSubnets, CallDeriveZones, CallDescribe}
 
 // Unlimited is the zone capacity that never runs out.
 const Unlimited = -1
@@ -105,6 +109,13 @@ type Faults struct {
 	FailNext map[string]int `json:"fail-next,omitempty"`
 	// ListingLag is how long a new instance stays out of Instances().
 	ListingLag time.Duration `json:"listing-lag"` // nanoseconds in JSON
+	// ReplyDelay holds the reply of a call of a kind this long after the
+	// call has done its work (a slow network after the cloud acted).
+	ReplyDelay map[string]Latency `json:"reply-delay,omitempty"`
+	// LoseReplies makes the next N calls of a kind do their work and then
+	// lose the reply: over HTTP the connection is closed without a
+	// response, in-process the call fails with ErrUnavailable.
+	LoseReplies map[string]int `json:"lose-replies,omitempty"`
 }
 
 // Instance is an instance as the cloud keeps it.
@@ -123,6 +134,22 @@ type Instance struct {
 	Attachments  []muster.VolumeAttachment `json:"attachments,omitempty"`
 	Created      time.Time                 `json:"created"`
 	State        string                    `json:"state"`
+	// EC2 holds the attributes of an instance started through the EC2
+	// API; nil for the others (the EC2 API derives theirs).
+	EC2 *EC2Attrs `json:"ec2,omitempty"`
+}
+
+// EC2Attrs are what the EC2 API keeps about an instance it started.
+type EC2Attrs struct {
+	ImageID       string `json:"image-id"`
+	SubnetID      string `json:"subnet-id"`
+	ReservationID string `json:"reservation-id"`
+	LaunchIndex   int    `json:"launch-index"`
+	ClientToken   string `json:"client-token,omitempty"`
+	RootVolumeID  string `json:"root-volume-id"`
+	// KeepVolumes are the device names whose volume is not deleted on
+	// termination (DeleteOnTermination=false).
+	KeepVolumes []string `json:"keep-volumes,omitempty"`
 }
 
 // Controller returns the controller tag of i.
