@@ -213,7 +213,7 @@ func (p *Provider) Zones(ctx context.Context) ([]muster.Zone, error) {
 		return nil, classify(err, "DescribeAvailabilityZones", "")
 	}
 	zones := []muster.Zone{}
-	var names []string
+	names := []string{}
 	for _, z := range out.AvailabilityZones {
 		name := aws.ToString(z.ZoneName)
 		if name == "" || (z.ZoneType != nil && *z.ZoneType != "availability-zone") || slices.Contains(names, name) {
