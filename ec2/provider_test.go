@@ -719,3 +719,50 @@ func BenchmarkStartInstance(b *testing.B) {
 	}
 	b.ReportMetric(float64(sum(p.callCounts())-before)/float64(b.N), "calls/start")
 }
+
+// TestUnavailableZone: a zone the cloud has taken out is listed as not
+// available, and a start there fails with a capacity error of the zone.
+func TestUnavailableZone(t *testing.T) {
+	s := newSimEC2(t, nil)
+	ctx := testCtx(t)
+	p := s.provider(t, muster.NewUUID(), muster.NewUUID())
+	off := false
+	if _, err := s.cloud.SetZone("us-east-1c", sim.ZoneUpdate{Available: &off}); err != nil {
+		t.Fatal(err)
+	}
+	zones, err := p.Zones(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []muster.Zone{{Name: "us-east-1a", Available: true}, {Name: "us-east-1b", Available: true}, {Name: "us-east-1c", Available: false}}
+	if !slices.Equal(zones, want) {
+		t.Errorf("zones %v, want %v", zones, want)
+	}
+	_, err = p.StartInstance(ctx, params(p, "0", "us-east-1c"))
+	wantKind(t, "start in an unavailable zone", err, muster.ErrCapacity, "us-east-1c")
+	// A placement in a zone the region does not have is refused.
+	_, err = p.DeriveZones(ctx, muster.StartParams{Placement: "zone=us-east-1x"})
+	wantKind(t, "placement in an unknown zone", err, muster.ErrZoneIndependent, "")
+}
+
+// TestStartWithoutZone: without a chosen zone the start goes to the
+// placement zone, else the first available zone the constraints allow.
+func TestStartWithoutZone(t *testing.T) {
+	s := newSimEC2(t, nil)
+	ctx := testCtx(t)
+	p := s.provider(t, muster.NewUUID(), muster.NewUUID())
+	for _, tt := range []struct {
+		placement, cons, want string
+	}{
+		{"zone=us-east-1b", "", "us-east-1b"},
+		{"", "zones=us-east-1c", "us-east-1c"},
+		{"", "", "us-east-1a"},
+	} {
+		sp := params(p, "0", "")
+		sp.Placement, sp.Constraints = tt.placement, muster.MustParseConstraints(tt.cons)
+		res, err := p.StartInstance(ctx, sp)
+		if err != nil || res.Instance.Zone != tt.want {
+			t.Errorf("placement %q constraints %q: got zone %q, %v; want %s", tt.placement, tt.cons, res.Instance.Zone, err, tt.want)
+		}
+	}
+}
