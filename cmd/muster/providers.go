@@ -11,6 +11,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/docker"
+	"github.com/musterhq/muster/ec2"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -63,6 +64,7 @@ type providerKind struct {
 // registered in init).
 var providers = map[string]providerKind{
 	"sim": {configKeys: []string{"endpoint", "zones"}, open: openSimProvider},
+	"ec2": {configKeys: ec2.ConfigKeys, open: openEC2Provider, validate: validateEC2Config},
 	"docker": {configKeys: docker.ConfigKeys, open: openDockerProvider, validate: func(config map[string]string) error {
 		var cfg docker.Config
 		return docker.ApplyModelConfig(&cfg, config)
@@ -84,6 +86,13 @@ func validateModel(m muster.Model) error {
 		known := false
 		for _, ck := range kind.configKeys {
 			known = known || ck == k
+		}
+		if !known && kind.validate != nil {
+			// The provider's own check may say better what is wrong
+			// (the ec2 provider tells a credential from a misspelling).
+			if err := kind.validate(m.Config); err != nil {
+				return err
+			}
 		}
 		if !known {
 			return muster.Errorf(muster.EInvalid, "unknown %s provider config key %q (known: %s)", m.Provider, k, strings.Join(kind.configKeys, ", "))

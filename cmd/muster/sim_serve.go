@@ -23,6 +23,8 @@ func newSimServeCmd() *cobra.Command {
 		maxBatch int
 		seed     uint64
 		delay    time.Duration
+
+		ec2Key, ec2Secret string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -32,7 +34,9 @@ func newSimServeCmd() *cobra.Command {
 --zones lists the zones of a new cloud, each NAME (unlimited capacity) or
 NAME:CORES (e.g. a,b:0,c:64). With --state the cloud keeps its state in
 FILE and finds it there again after a restart (then --zones is ignored).
-The first line printed is "sim listening on http://HOST:PORT".`,
+The first line printed is "sim listening on http://HOST:PORT"; the second
+names the EC2-compatible endpoint (http://HOST:PORT/ec2/) and the key pair
+its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			zcs, err := parseSimZones(zones)
@@ -45,13 +49,19 @@ The first line printed is "sim listening on http://HOST:PORT".`,
 			if maxBatch < 0 {
 				return usageErrorf("--max-batch %d is negative", maxBatch)
 			}
-			cloud, err := sim.Open(sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay})
+			if (ec2Key == "") != (ec2Secret == "") {
+				return usageErrorf("--ec2-access-key and --ec2-secret-key go together")
+			}
+			cloud, err := sim.Open(sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay,
+				EC2AccessKey: ec2Key, EC2SecretKey: ec2Secret})
 			if err != nil {
 				return err
 			}
 			defer cloud.Close()
 			return serveSim(cmd.Context(), cloud, listen, func(url string) {
+				key, secret := cloud.EC2Credentials()
 				fmt.Fprintf(cmd.OutOrStdout(), "sim listening on %s\n", url)
+				fmt.Fprintf(cmd.OutOrStdout(), "EC2 API at %s/ec2/ (region: any; AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s)\n", url, key, secret)
 			})
 		},
 	}
@@ -61,6 +71,8 @@ The first line printed is "sim listening on http://HOST:PORT".`,
 	cmd.Flags().IntVar(&maxBatch, "max-batch", sim.DefaultMaxBatch, "largest number of instances one start call may start")
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed for latency jitter and injected faults (0: random)")
 	cmd.Flags().DurationVar(&delay, "save-delay", 0, "batch state file writes over this long (0: write every change at once)")
+	cmd.Flags().StringVar(&ec2Key, "ec2-access-key", "", "access key id of the EC2 endpoint (default "+sim.DefaultEC2AccessKey+")")
+	cmd.Flags().StringVar(&ec2Secret, "ec2-secret-key", "", "secret access key of the EC2 endpoint (default: the sim's well-known one)")
 	return cmd
 }
 

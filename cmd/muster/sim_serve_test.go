@@ -103,3 +103,30 @@ func TestSimServeBadZones(t *testing.T) {
 		})
 	}
 }
+
+// TestSimServeEC2Line: the second line names the EC2 endpoint and the key
+// pair, which --ec2-access-key/--ec2-secret-key set together only.
+func TestSimServeEC2Line(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"sim", "serve", "--listen", "127.0.0.1:0", "--ec2-access-key", "AKIATESTKEY000000000", "--ec2-secret-key", "s3cret"},
+			strings.NewReader(""), pw, io.Discard)
+		pw.Close()
+	}()
+	r := bufio.NewReader(pr)
+	first, _ := r.ReadString('\n')
+	second, _ := r.ReadString('\n')
+	go io.Copy(io.Discard, pr)
+	cancel()
+	<-done
+	url := strings.TrimSpace(strings.TrimPrefix(first, "sim listening on "))
+	want := "EC2 API at " + url + "/ec2/ (region: any; AWS_ACCESS_KEY_ID=AKIATESTKEY000000000 AWS_SECRET_ACCESS_KEY=s3cret)\n"
+	if second != want {
+		t.Errorf("second line %q, want %q", second, want)
+	}
+	if code, _, errOut := runCLI(t, "sim", "serve", "--listen", "127.0.0.1:0", "--ec2-access-key", "AKIATESTKEY000000000"); code != 2 || !strings.Contains(errOut, "go together") {
+		t.Errorf("an access key without a secret: exit %d, %q; want 2 and a usage error", code, errOut)
+	}
+}

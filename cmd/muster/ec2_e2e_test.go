@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/sim"
+)
+
+// TestE2EEC2Model runs a real controller process with an ec2 model whose
+// endpoint is the EC2 API of a separate `muster sim serve`, with the sim's
+// key pair in the standard AWS environment variables: machines spread over
+// the zones, a capacity error in one zone fails over, removal terminates,
+// and a kill -9 between RunInstances and the record launches no second
+// instance — the restarted controller repeats the launch with the same
+// ClientToken (the listing lag keeps the instance out of its listings, so
+// nothing else could have found it).
+func TestE2EEC2Model(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs real processes; skipped with -short")
+	}
+	bin := buildMuster(t)
+	tmp := t.TempDir()
+	home := filepath.Join(tmp, "home")
+	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "MUSTER_CONFIG=", "MUSTER_MODEL=",
+		"AWS_ACCESS_KEY_ID="+sim.DefaultEC2AccessKey, "AWS_SECRET_ACCESS_KEY="+sim.DefaultEC2SecretKey,
+		"AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE="+filepath.Join(home, "no-aws-config"),
+		"AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "no-aws-credentials"), "AWS_EC2_METADATA_DISABLED=true")
+	dataDir := filepath.Join(tmp, "data")
+	logPath := filepath.Join(tmp, "controller.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				ls := strings.Split(string(b), "\n")
+				t.Logf("controller log (tail):\n%s", strings.Join(ls[max(0, len(ls)-60):], "\n"))
+			}
+		}
+	})
+	simProc, simURL := startProc(t, env, filepath.Join(tmp, "sim.log"), "sim listening on ", bin,
+		"sim", "serve", "--listen", "127.0.0.1:0", "--zones", "a,b,c")
+	defer simProc.stop()
+	cloud := sim.NewClient(simURL, nil)
+	ctx := context.Background()
+
+	startCtrl := func() *proc {
+		p, _ := startProc(t, env, logPath, "controller listening on ", bin,
+			"controller", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
+		return p
+	}
+	ctrl := startCtrl()
+	defer func() { ctrl.stop() }()
+	config := filepath.Join(dataDir, "client.yaml")
+	cli := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runCLI(t, append([]string{"--config", config}, args...)...)
+		if code != 0 {
+			t.Fatalf("muster %s: exit %d, %s", strings.Join(args, " "), code, errOut)
+		}
+		return out
+	}
+	status := func() statusJSON {
+		t.Helper()
+		var st statusJSON
+		if err := json.Unmarshal([]byte(cli("-m", "aws", "status", "--format", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	running := func(n int) func() bool {
+		return func() bool {
+			st := status()
+			ok := 0
+			for _, m := range st.Machines {
+				if m.InstanceStatus == "running" {
+					ok++
+				}
+			}
+			return len(st.Machines) == n && ok == n
+		}
+	}
+	modelUUID := func() string {
+		for _, l := range strings.Split(cli("models"), "\n") {
+			if f := strings.Fields(l); len(f) >= 4 && strings.TrimSuffix(f[0], "*") == "aws" {
+				return f[len(f)-1]
+			}
+		}
+		t.Fatal("model aws not listed")
+		return ""
+	}
+	// The model's live instances in the sim, by machine.
+	instances := func(model string) map[string][]sim.Instance {
+		t.Helper()
+		all, err := cloud.Instances(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]sim.Instance{}
+		for _, i := range all {
+			if i.Model() == model {
+				out[i.Tags[muster.TagMachine]] = append(out[i.Tags[muster.TagMachine]], i)
+			}
+		}
+		return out
+	}
+
+	// Bad config is refused before anything is made.
+	if code, _, errOut := runCLI(t, "--config", config, "add-model", "bad", "--provider", "ec2", "--config", "endpoint="+simURL+"/ec2/"); code == 0 || !strings.Contains(errOut, "region") {
+		t.Fatalf("ec2 model without a region: exit %d, %q; want a refusal naming region", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "--config", config, "add-model", "bad", "--provider", "ec2", "--config", "region=us-east-1",
+		"--config", "secret-key=x"); code == 0 || !strings.Contains(errOut, "credential") {
+		t.Fatalf("ec2 model with a secret key: exit %d, %q; want a refusal pointing at the credential chain", code, errOut)
+	}
+
+	cli("add-model", "aws", "--provider", "ec2", "--config", "region=us-east-1", "--config", "endpoint="+simURL+"/ec2/")
+	model := modelUUID()
+	// Zone a is out of capacity for the next two launches.
+	if err := cloud.FailNext(ctx, "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	cli("-m", "aws", "add-machine", "-n", "6", "--group", "web", "--constraints", "cores=2")
+	eventually(t, "six machines running", running(6))
+	st := status()
+	perZone := map[string]int{}
+	for id, m := range st.Machines {
+		perZone[m.Zone]++
+		got := instances(model)[id]
+		if len(got) != 1 || got[0].ID != m.InstanceID {
+			t.Errorf("machine %s records %s, the sim has %v", id, m.InstanceID, got)
+		}
+		if len(got) == 1 && got[0].InstanceType != "s1.medium" {
+			t.Errorf("machine %s: instance type %s, want s1.medium for cores=2", id, got[0].InstanceType)
+		}
+	}
+	// Spread 2/2/2 but for the launches zone a refused, which went to b
+	// and c.
+	if perZone["a"] >= 2 || perZone["a"]+perZone["b"]+perZone["c"] != 6 || perZone["b"] < 2 || perZone["c"] < 2 {
+		t.Errorf("machines per zone %v, want fewer than 2 in a and the rest spread over b and c", perZone)
+	}
+	stats, err := cloud.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Errors[sim.CallStart] < 2 || stats.InstancesStarted != 6 {
+		t.Errorf("sim stats: %d failed starts, %d instances started; want at least 2 and exactly 6", stats.Errors[sim.CallStart], stats.InstancesStarted)
+	}
+
+	// Removal terminates.
+	var ids []string
+	for id := range st.Machines {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	gone := ids[:2]
+	cli(append([]string{"-m", "aws", "remove-machine", "--force"}, gone...)...)
+	eventually(t, "removed machines' instances terminated", func() bool {
+		inst := instances(model)
+		return len(inst[gone[0]]) == 0 && len(inst[gone[1]]) == 0 && len(status().Machines) == 4
+	})
+
+	// kill -9 between RunInstances and the record.
+	if err := cloud.SetFaults(ctx, sim.Faults{
+		ReplyDelay: map[string]sim.Latency{sim.CallStart: {Fixed: time.Minute}},
+		ListingLag: time.Hour,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cli("-m", "aws", "add-machine")
+	var launched sim.Instance
+	eventually(t, "the new machine's instance launched", func() bool {
+		for mid, is := range instances(model) {
+			if !contains(ids, mid) && len(is) == 1 {
+				launched = is[0]
+				return true
+			}
+		}
+		return false
+	})
+	ctrl.kill()
+	if err := cloud.SetFaults(ctx, sim.Faults{ListingLag: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ctrl = startCtrl()
+	eventually(t, "five machines running after the restart", running(5))
+	m := status().Machines[launched.Tags[muster.TagMachine]]
+	if m.InstanceID != launched.ID {
+		t.Errorf("machine %s records %s, want %s, launched before the kill", launched.Tags[muster.TagMachine], m.InstanceID, launched.ID)
+	}
+	if stats, err = cloud.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stats.InstancesStarted != 7 {
+		t.Errorf("%d instances started in all, want 7: the restart launched a duplicate", stats.InstancesStarted)
+	}
+	for mid, is := range instances(model) {
+		if len(is) != 1 {
+			t.Errorf("machine %q has %d instances in the sim", mid, len(is))
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

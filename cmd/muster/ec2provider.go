@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/musterhq/muster/ec2"
+)
+
+// openEC2Provider opens a model's EC2 provider. Credentials come from the
+// standard AWS chain of the controller's environment, never from the
+// model's config or the store.
+func openEC2Provider(ctx context.Context, env providerEnv) (*modelProvider, error) {
+	var cfg ec2.Config
+	if err := ec2.ApplyModelConfig(&cfg, env.model.Config); err != nil {
+		return nil, err
+	}
+	p, err := ec2.Open(ctx, cfg, env.controllerUUID, env.model.UUID)
+	if err != nil {
+		return nil, fmt.Errorf("open ec2 provider of model %s: %w", env.model.Name, err)
+	}
+	return &modelProvider{Provider: p, close: func() error { return nil }}, nil
+}
+
+func validateEC2Config(config map[string]string) error {
+	var cfg ec2.Config
+	return ec2.ApplyModelConfig(&cfg, config)
+}
