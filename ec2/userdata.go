@@ -273,7 +273,8 @@ func (cc *cloudConfig) encode() ([]byte, error) {
 func parseLaunches(data []byte) (map[int]launch, error) {
 	var cc cloudConfig
 	if err := yaml.Unmarshal(data, &cc); err != nil {
-		return nil, fmt.Errorf("parse user data: %w", err)
+		// yaml's unmarshal errors span lines; keep the message one line.
+		return nil, fmt.Errorf("parse user data: %s", strings.Join(strings.Fields(err.Error()), " "))
 	}
 	out := map[int]launch{}
 	for _, f := range cc.WriteFiles {
