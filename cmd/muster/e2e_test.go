@@ -209,6 +209,8 @@ func TestE2EBadInput(t *testing.T) {
 		{"fail-next without zone", []string{"sim", "faults", "--fail-next", "2"}, 2, "--zone"},
 		{"fail-next unknown zone", []string{"sim", "faults", "--fail-next", "2", "--zone", "q"}, 1, "q"},
 		{"bad rate limit", []string{"sim", "faults", "--rate-limit", "fast"}, 2, "rate-limit"},
+		{"negative listing lag", []string{"sim", "faults", "--listing-lag", "-1s"}, 2, "listing-lag"},
+		{"negative lost replies", []string{"sim", "faults", "--lose-replies", "-1"}, 2, "lose-replies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -685,12 +687,19 @@ func TestE2ESimCommands(t *testing.T) {
 		}
 	}
 	tc.ok("sim", "faults", "--fail-next", "2", "--zone", "b")
+	out = tc.ok("sim", "faults", "--listing-lag", "3s", "--reply-delay", "2s", "--lose-replies", "4")
+	for _, want := range []string{"listing-lag:      3s", "reply-delay:      start=2s", "lose-replies:     start=4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("faults lacks %q:\n%s", want, out)
+		}
+	}
 	f, err := tc.simClient("default").Faults(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.ErrorRate[sim.CallStart] != 0.25 || f.Latency[sim.CallStart].Fixed != 5*time.Millisecond ||
-		f.RateLimits[sim.CallList] != (sim.Bucket{Burst: 10, PerSecond: 50}) {
+		f.RateLimits[sim.CallList] != (sim.Bucket{Burst: 10, PerSecond: 50}) || f.ListingLag != 3*time.Second ||
+		f.ReplyDelay[sim.CallStart].Fixed != 2*time.Second || f.LoseReplies[sim.CallStart] != 4 {
 		t.Errorf("got faults %+v", f)
 	}
 	if zs, _ := tc.simClient("default").Zones(context.Background()); len(zs) < 2 || zs[1].FailNext != 2 {

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/sim"
@@ -166,12 +165,7 @@ func TestE2EEC2Model(t *testing.T) {
 	})
 
 	// kill -9 between RunInstances and the record.
-	if err := cloud.SetFaults(ctx, sim.Faults{
-		ReplyDelay: map[string]sim.Latency{sim.CallStart: {Fixed: time.Minute}},
-		ListingLag: time.Hour,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "1m", "--listing-lag", "1h")
 	cli("-m", "aws", "add-machine")
 	var launched sim.Instance
 	eventually(t, "the new machine's instance launched", func() bool {
@@ -184,9 +178,7 @@ func TestE2EEC2Model(t *testing.T) {
 		return false
 	})
 	ctrl.kill()
-	if err := cloud.SetFaults(ctx, sim.Faults{ListingLag: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "0")
 	ctrl = startCtrl()
 	eventually(t, "five machines running after the restart", running(5))
 	m := status().Machines[launched.Tags[muster.TagMachine]]

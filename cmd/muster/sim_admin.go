@@ -149,6 +149,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 		latency  time.Duration
 		rate     string
 		clear    bool
+
+		listingLag, replyDelay time.Duration
+		loseReplies            int
 	)
 	cmd := &cobra.Command{
 		Use:   "faults",
@@ -160,7 +163,12 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
   --fail-next N --zone Z  the next N starts in zone Z fail with a capacity error
   --latency D             every call takes D (e.g. 50ms; 0 for none)
   --rate-limit B/P        a request bucket of burst B refilled at P per second
-                          for every call kind (0/0 for none)`,
+                          for every call kind (0/0 for none)
+  --listing-lag D         a new instance is listed only D after its start
+  --reply-delay D         a start's reply is held D after the cloud acted
+  --lose-replies N        the next N starts act, then lose their reply (the
+                          client sees a broken connection and retries: with
+                          the same idempotency token it gets the same instance)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
@@ -178,8 +186,16 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 			if zone != "" && !fl.Changed("fail-next") && !fl.Changed("start-error-rate") {
 				return usageErrorf("--zone goes with --fail-next or --start-error-rate")
 			}
-			if latency < 0 {
-				return usageErrorf("bad --latency %s: negative", latency)
+			for _, d := range []struct {
+				name string
+				v    time.Duration
+			}{{"latency", latency}, {"listing-lag", listingLag}, {"reply-delay", replyDelay}} {
+				if d.v < 0 {
+					return usageErrorf("bad --%s %s: negative", d.name, d.v)
+				}
+			}
+			if loseReplies < 0 {
+				return usageErrorf("bad --lose-replies %d: want 0 or more", loseReplies)
 			}
 			var bucket sim.Bucket
 			if fl.Changed("rate-limit") {
@@ -188,7 +204,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 					return err
 				}
 			}
-			change := clear || fl.Changed("start-error-rate") || fl.Changed("latency") || fl.Changed("rate-limit")
+			change := clear || fl.Changed("start-error-rate") || fl.Changed("latency") || fl.Changed("rate-limit") ||
+				fl.Changed("listing-lag") || fl.Changed("reply-delay") || fl.Changed("lose-replies")
 			ctx := cmd.Context()
 			sc, err := t.client(ctx)
 			if err != nil {
@@ -233,6 +250,15 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 						f.RateLimits = setMap(f.RateLimits, k, bucket)
 					}
 				}
+				if fl.Changed("listing-lag") {
+					f.ListingLag = listingLag
+				}
+				if fl.Changed("reply-delay") {
+					f.ReplyDelay = setMap(f.ReplyDelay, sim.CallStart, sim.Latency{Fixed: replyDelay})
+				}
+				if fl.Changed("lose-replies") {
+					f.LoseReplies = setMap(f.LoseReplies, sim.CallStart, loseReplies)
+				}
 				if err := sc.SetFaults(ctx, f); err != nil {
 					return err
 				}
@@ -257,6 +283,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	fl.DurationVar(&latency, "latency", 0, "latency of every call")
 	fl.StringVar(&rate, "rate-limit", "", "request bucket BURST/PER_SECOND for every call kind")
 	fl.BoolVar(&clear, "clear", false, "remove every fault first")
+	fl.DurationVar(&listingLag, "listing-lag", 0, "how long a new instance stays out of listings")
+	fl.DurationVar(&replyDelay, "reply-delay", 0, "how long a start's reply is held after the cloud acted")
+	fl.IntVar(&loseReplies, "lose-replies", 0, "the next N starts act, then lose their reply")
 	t.addFlag(cmd)
 	return cmd
 }
@@ -282,6 +311,17 @@ func writeFaults(w io.Writer, f sim.Faults) {
 		return strings.Join(parts, " ")
 	}
 	er, zer, fn, lat, rl := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
+	rd, lr := map[string]string{}, map[string]string{}
+	for k, v := range f.ReplyDelay {
+		if v.Fixed != 0 || v.Jitter != 0 {
+			rd[k] = v.Fixed.String()
+		}
+	}
+	for k, v := range f.LoseReplies {
+		if v != 0 {
+			lr[k] = strconv.Itoa(v)
+		}
+	}
 	for k, v := range f.ErrorRate {
 		if v != 0 {
 			er[k] = strconv.FormatFloat(v, 'g', -1, 64)
@@ -323,6 +363,8 @@ func writeFaults(w io.Writer, f sim.Faults) {
 	fmt.Fprintf(tw, "rate-limit:\t%s\n", list(rl))
 	fmt.Fprintf(tw, "instance-rate:\t%s\n", ir)
 	fmt.Fprintf(tw, "listing-lag:\t%s\n", f.ListingLag)
+	fmt.Fprintf(tw, "reply-delay:\t%s\n", list(rd))
+	fmt.Fprintf(tw, "lose-replies:\t%s\n", list(lr))
 	tw.Flush()
 }
 
