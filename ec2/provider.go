@@ -1,10 +1,13 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -126,6 +129,7 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 	if awsCfg.Credentials != nil {
 		awsCfg.Credentials = credentialsMarker{awsCfg.Credentials} // already cached by config
 	}
+	awsCfg.HTTPClient = ownBodies{awsCfg.HTTPClient}
 	p.client = ec2.NewFromConfig(awsCfg, func(o *ec2.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
@@ -151,6 +155,30 @@ func newRetryer() aws.Retryer {
 		}
 		o.RateLimiter = ratelimit.None
 	})
+}
+
+// ownBodies sends each request with a copy of its body that only the
+// transport reads and closes. The SDK closes the body it built once the
+// response is in, but net/http may still be finishing the write then;
+// the write fails, the transport closes the connection, and reading the
+// response fails with "use of closed network connection" (the SDK then
+// sends the request again: seen under load against the sim).
+type ownBodies struct{ aws.HTTPClient }
+
+func (c ownBodies) Do(r *http.Request) (*http.Response, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return c.HTTPClient.Do(r)
+	}
+	b, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(bytes.NewReader(b))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	r2.ContentLength = int64(len(b))
+	return c.HTTPClient.Do(r2)
 }
 
 // credentialsMarker marks the failures of a credentials provider, so that

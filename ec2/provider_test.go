@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -764,5 +766,39 @@ func TestStartWithoutZone(t *testing.T) {
 		if err != nil || res.Instance.Zone != tt.want {
 			t.Errorf("placement %q constraints %q: got zone %q, %v; want %s", tt.placement, tt.cons, res.Instance.Zone, err, tt.want)
 		}
+	}
+}
+
+// closingDoer closes the body the caller built (as the SDK does once a
+// response is in) before it reads the body it was given, as a transport
+// that is slow to finish writing would.
+type closingDoer struct {
+	callerBody io.Closer
+	got        []byte
+	err        error
+}
+
+func (d *closingDoer) Do(r *http.Request) (*http.Response, error) {
+	d.callerBody.Close()
+	d.got, d.err = io.ReadAll(r.Body)
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+}
+
+// TestOwnBodies: the transport reads a copy of the request body that the
+// SDK closing its own cannot cut short.
+func TestOwnBodies(t *testing.T) {
+	body := strings.Repeat("Action=RunInstances&", 500)
+	pr, pw := io.Pipe()
+	go func() { io.WriteString(pw, body); pw.Close() }()
+	req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/ec2/", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &closingDoer{callerBody: pr}
+	if _, err := (ownBodies{d}).Do(req); err != nil {
+		t.Fatal(err)
+	}
+	if d.err != nil || string(d.got) != body {
+		t.Errorf("transport read %d bytes, %v; want the whole body of %d", len(d.got), d.err, len(body))
 	}
 }
