@@ -1,6 +1,7 @@
 package ec2
 
 import (
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -33,6 +34,8 @@ type Config struct {
 	// (environment, shared config and credentials files, profile, SSO,
 	// instance role via IMDS). For tests.
 	Credentials aws.CredentialsProvider
+	// Logger gets the provider's records; default slog.Default().
+	Logger *slog.Logger
 }
 
 // regionRE matches region names such as us-east-1, ap-southeast-2,

@@ -2,6 +2,7 @@ package ec2
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -114,7 +115,7 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 		region:     cfg.Region,
 		controller: controllerUUID,
 		model:      modelUUID,
-		log:        slog.Default().With("provider", "ec2", "region", cfg.Region, "model", modelUUID),
+		log:        cmp.Or(cfg.Logger, slog.Default()).With("provider", "ec2", "region", cfg.Region),
 		pageSize:   defaultPageSize,
 		now:        time.Now,
 		typesSem:   make(chan struct{}, 1),

@@ -11,7 +11,7 @@ import (
 // standard AWS chain of the controller's environment, never from the
 // model's config or the store.
 func openEC2Provider(ctx context.Context, env providerEnv) (*modelProvider, error) {
-	var cfg ec2.Config
+	cfg := ec2.Config{Logger: env.logger}
 	if err := ec2.ApplyModelConfig(&cfg, env.model.Config); err != nil {
 		return nil, err
 	}
