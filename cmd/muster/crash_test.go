@@ -116,6 +116,73 @@ func (p *proc) stop() {
 	}
 }
 
+// procTest is what the tests of real muster processes share: the built
+// binary, a temp dir, an environment with a HOME of its own and no client
+// config, and one controller's data dir and log (whose tail is printed when
+// the test fails).
+type procTest struct {
+	t       *testing.T
+	bin     string
+	tmp     string
+	env     []string
+	dataDir string
+	logPath string
+}
+
+func newProcTest(t *testing.T, extraEnv ...string) *procTest {
+	tmp := t.TempDir()
+	home := filepath.Join(tmp, "home")
+	pt := &procTest{
+		t: t, bin: buildMuster(t), tmp: tmp,
+		env:     append(append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "MUSTER_CONFIG=", "MUSTER_MODEL="), extraEnv...),
+		dataDir: filepath.Join(tmp, "data"),
+		logPath: filepath.Join(tmp, "controller.log"),
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(pt.logPath); err == nil {
+				ls := strings.Split(string(b), "\n")
+				t.Logf("controller log (tail):\n%s", strings.Join(ls[max(0, len(ls)-60):], "\n"))
+			}
+		}
+	})
+	return pt
+}
+
+// startSim starts `muster sim serve` with args and returns it and its URL.
+func (pt *procTest) startSim(args ...string) (*proc, string) {
+	return startProc(pt.t, pt.env, filepath.Join(pt.tmp, "sim.log"), "sim listening on ", pt.bin,
+		append([]string{"sim", "serve", "--listen", "127.0.0.1:0"}, args...)...)
+}
+
+// startController starts the controller on the data dir.
+func (pt *procTest) startController() *proc {
+	p, _ := startProc(pt.t, pt.env, pt.logPath, "controller listening on ", pt.bin,
+		"controller", "--data-dir", pt.dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
+	return p
+}
+
+// cli runs the CLI against the controller and fails the test unless it
+// exits 0.
+func (pt *procTest) cli(args ...string) string {
+	pt.t.Helper()
+	return cliOK(pt.t, pt.config(), args...)
+}
+
+// cliOK runs the CLI with a client config and fails the test unless it
+// exits 0; it returns the standard output.
+func cliOK(tb testing.TB, config string, args ...string) string {
+	tb.Helper()
+	code, out, errOut := runCLI(tb, append([]string{"--config", config}, args...)...)
+	if code != 0 {
+		tb.Fatalf("muster %s: exit %d, %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// config is the client config the controller wrote.
+func (pt *procTest) config() string { return filepath.Join(pt.dataDir, "client.yaml") }
+
 // TestCrashKilledControllerC4 kills a real controller with SIGKILL at
 // random moments while machines provision against a separate sim server,
 // restarts it each time, and checks C4 at convergence: every alive machine
@@ -136,42 +203,12 @@ func TestCrashKilledControllerC4(t *testing.T) {
 	t.Logf("machines %d, kills %d, seed %d (MUSTER_CRASH_SEED)", machines, kills, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
-	bin := buildMuster(t)
-	tmp := t.TempDir()
-	home := filepath.Join(tmp, "home")
-	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "MUSTER_CONFIG=", "MUSTER_MODEL=")
-	dataDir := filepath.Join(tmp, "data")
-	logPath := filepath.Join(tmp, "controller.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				ls := strings.Split(string(b), "\n")
-				t.Logf("controller log (tail):\n%s", strings.Join(ls[max(0, len(ls)-60):], "\n"))
-			}
-		}
-	})
-
-	simProc, simURL := startProc(t, env, filepath.Join(tmp, "sim.log"), "sim listening on ", bin,
-		"sim", "serve", "--listen", "127.0.0.1:0", "--state", filepath.Join(tmp, "sim-state.json"))
+	pt := newProcTest(t)
+	simProc, simURL := pt.startSim("--state", filepath.Join(pt.tmp, "sim-state.json"))
 	defer simProc.stop()
-
-	startCtrl := func() *proc {
-		p, _ := startProc(t, env, logPath, "controller listening on ", bin,
-			"controller", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
-		return p
-	}
-	ctrl := startCtrl()
+	ctrl := pt.startController()
 	defer func() { ctrl.stop() }()
-
-	config := filepath.Join(dataDir, "client.yaml")
-	cli := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runCLI(t, append([]string{"--config", config}, args...)...)
-		if code != 0 {
-			t.Fatalf("muster %s: exit %d, %s", strings.Join(args, " "), code, errOut)
-		}
-		return out
-	}
+	config, cli := pt.config(), pt.cli
 	// Slow enough that the kills land while machines provision: every
 	// call takes 100ms, one machine per start call, four workers.
 	cli("sim", "faults", "--endpoint", simURL, "--latency", "100ms")
@@ -200,7 +237,7 @@ func TestCrashKilledControllerC4(t *testing.T) {
 			t.Logf("kill %d with %d of %d machines running", k+1, running, machines)
 		}
 		ctrl.kill()
-		ctrl = startCtrl()
+		ctrl = pt.startController()
 	}
 
 	// Convergence: every machine's instance running.

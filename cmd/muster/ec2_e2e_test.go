@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -25,45 +23,16 @@ func TestE2EEC2Model(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real processes; skipped with -short")
 	}
-	bin := buildMuster(t)
-	tmp := t.TempDir()
-	home := filepath.Join(tmp, "home")
-	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "MUSTER_CONFIG=", "MUSTER_MODEL=",
-		"AWS_ACCESS_KEY_ID="+sim.DefaultEC2AccessKey, "AWS_SECRET_ACCESS_KEY="+sim.DefaultEC2SecretKey,
-		"AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE="+filepath.Join(home, "no-aws-config"),
-		"AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "no-aws-credentials"), "AWS_EC2_METADATA_DISABLED=true")
-	dataDir := filepath.Join(tmp, "data")
-	logPath := filepath.Join(tmp, "controller.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				ls := strings.Split(string(b), "\n")
-				t.Logf("controller log (tail):\n%s", strings.Join(ls[max(0, len(ls)-60):], "\n"))
-			}
-		}
-	})
-	simProc, simURL := startProc(t, env, filepath.Join(tmp, "sim.log"), "sim listening on ", bin,
-		"sim", "serve", "--listen", "127.0.0.1:0", "--zones", "a,b,c")
+	pt := newProcTest(t, "AWS_ACCESS_KEY_ID="+sim.DefaultEC2AccessKey, "AWS_SECRET_ACCESS_KEY="+sim.DefaultEC2SecretKey,
+		"AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/nonexistent/aws-config",
+		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent/aws-credentials", "AWS_EC2_METADATA_DISABLED=true")
+	simProc, simURL := pt.startSim("--zones", "a,b,c")
 	defer simProc.stop()
 	cloud := sim.NewClient(simURL, nil)
 	ctx := context.Background()
-
-	startCtrl := func() *proc {
-		p, _ := startProc(t, env, logPath, "controller listening on ", bin,
-			"controller", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
-		return p
-	}
-	ctrl := startCtrl()
+	ctrl := pt.startController()
 	defer func() { ctrl.stop() }()
-	config := filepath.Join(dataDir, "client.yaml")
-	cli := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runCLI(t, append([]string{"--config", config}, args...)...)
-		if code != 0 {
-			t.Fatalf("muster %s: exit %d, %s", strings.Join(args, " "), code, errOut)
-		}
-		return out
-	}
+	config, cli := pt.config(), pt.cli
 	status := func() statusJSON {
 		t.Helper()
 		var st statusJSON
@@ -179,7 +148,7 @@ func TestE2EEC2Model(t *testing.T) {
 	})
 	ctrl.kill()
 	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "0")
-	ctrl = startCtrl()
+	ctrl = pt.startController()
 	eventually(t, "five machines running after the restart", running(5))
 	m := status().Machines[launched.Tags[muster.TagMachine]]
 	if m.InstanceID != launched.ID {

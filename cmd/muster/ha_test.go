@@ -496,11 +496,7 @@ func TestHACLIFailover(t *testing.T) {
 	}
 	cli := func(args ...string) string {
 		t.Helper()
-		code, out, errOut := runCLI(t, append([]string{"--config", cfg}, args...)...)
-		if code != 0 {
-			t.Fatalf("muster %s: exit %d, stderr %q", strings.Join(args, " "), code, errOut)
-		}
-		return out
+		return cliOK(t, cfg, args...)
 	}
 	controllers := func() []string {
 		t.Helper()
