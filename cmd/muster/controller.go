@@ -686,14 +686,16 @@ func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		ControllerUUID: c.uuid,
 		Model:          m,
 		Store:          c.store,
-		Provider:       p,
-		AgentBinaries:  downloadURLs{c.agentBins, apiAddresses[0]},
-		Clock:          c.cfg.Clock,
-		Logger:         c.log, // the provisioner adds the model itself
-		Observer:       c.metrics.observer(m.Name),
-		APIAddresses:   apiAddresses,
-		CACert:         string(c.ca.CertPEM),
-		PasswordKey:    c.ca.DerivedKey("agent passwords"),
+		// The provider itself, not the wrapper: the provisioner looks for
+		// what it offers beyond muster.Provider (batch starts, subnets).
+		Provider:      p.Provider,
+		AgentBinaries: downloadURLs{c.agentBins, apiAddresses[0]},
+		Clock:         c.cfg.Clock,
+		Logger:        c.log, // the provisioner adds the model itself
+		Observer:      c.metrics.observer(m.Name),
+		APIAddresses:  apiAddresses,
+		CACert:        string(c.ca.CertPEM),
+		PasswordKey:   c.ca.DerivedKey("agent passwords"),
 	}, provisioner.SupervisorOptions{})
 	c.mu.Lock()
 	c.models[m.UUID] = r

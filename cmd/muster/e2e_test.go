@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -877,5 +878,38 @@ func TestE2ESeveralControllerURLs(t *testing.T) {
 	code, _, errOut = runCLI(t, "--config", path, "status")
 	if code != 1 || !strings.Contains(errOut, "unreachable") {
 		t.Errorf("status with only dead controllers: exit %d stderr %q, want exit 1 unreachable", code, errOut)
+	}
+}
+
+// TestE2EBatchesAndSpaces: the controller hands the provisioner the model's
+// provider itself, so what the provider offers beyond muster.Provider is
+// used: batch starts (E3) and subnets for space constraints.
+func TestE2EBatchesAndSpaces(t *testing.T) {
+	tc := startController(t, "")
+	tc.ok("add-machine", "-n", "30", "--wait")
+	stats, err := tc.simClient("default").Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := stats.Calls[sim.CallStart]; n > 10 || stats.InstancesStarted != 30 {
+		t.Errorf("%d start calls for %d instances, want at most 10 (batched)", n, stats.InstancesStarted)
+	}
+	tc.ok("add-machine", "--constraints", "spaces=beta", "--wait")
+	m := tc.status().Machines["30"]
+	if m.InstanceStatus != "running" || len(m.Addresses) != 1 {
+		t.Fatalf("machine in space beta: %+v", m)
+	}
+	subnets, err := tc.simClient("default").Provider("x", "y").Subnets(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBeta := false
+	for _, s := range subnets {
+		if _, cidr, err := net.ParseCIDR(s.CIDR); err == nil && s.Space == "beta" && cidr.Contains(net.ParseIP(m.Addresses[0])) {
+			inBeta = true
+		}
+	}
+	if !inBeta {
+		t.Errorf("address %s is in no subnet of space beta (%+v)", m.Addresses[0], subnets)
 	}
 }
