@@ -188,12 +188,19 @@ func (pt *procTest) config() string { return filepath.Join(pt.dataDir, "client.y
 // restarts it each time, and checks C4 at convergence: every alive machine
 // has exactly one instance, no instance lacks a machine.
 //
+// It runs with one instance per start call and with batch starts (E3).
 // Size: MUSTER_CRASH_MACHINES (default 100) and MUSTER_CRASH_KILLS (default
 // 3); SPEC §7's full run is MUSTER_CRASH_MACHINES=500 MUSTER_CRASH_KILLS=20.
 func TestCrashKilledControllerC4(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real processes; skipped with -short")
 	}
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch-starts=%v", batch), func(t *testing.T) { testCrashKilledController(t, batch) })
+	}
+}
+
+func testCrashKilledController(t *testing.T, batch bool) {
 	machines := envInt(t, "MUSTER_CRASH_MACHINES", 100)
 	kills := envInt(t, "MUSTER_CRASH_KILLS", 3)
 	seed := uint64(time.Now().UnixNano())
@@ -210,10 +217,10 @@ func TestCrashKilledControllerC4(t *testing.T) {
 	defer func() { ctrl.stop() }()
 	config, cli := pt.config(), pt.cli
 	// Slow enough that the kills land while machines provision: every
-	// call takes 100ms, one machine per start call, four workers.
+	// call takes 100ms, four workers.
 	cli("sim", "faults", "--endpoint", simURL, "--latency", "100ms")
 	cli("add-model", "crash", "--provider", "sim", "--config", "endpoint="+simURL,
-		"--config", "batch-starts=false", "--config", "num-provision-workers=4")
+		"--config", fmt.Sprintf("batch-starts=%v", batch), "--config", "num-provision-workers=4")
 	// Three groups of different shapes.
 	per := machines / 3
 	counts := []int{per, per, machines - 2*per}

@@ -913,3 +913,28 @@ func TestE2EBatchesAndSpaces(t *testing.T) {
 		t.Errorf("address %s is in no subnet of space beta (%+v)", m.Addresses[0], subnets)
 	}
 }
+
+// TestE2EAddModelConfigPathWithEquals: add-model's --config KEY=VALUE
+// shadows the global --config FILE; a client config path holding "=" is
+// still taken as the file.
+func TestE2EAddModelConfigPathWithEquals(t *testing.T) {
+	tc := startController(t, "")
+	data, err := os.ReadFile(tc.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "run=1", "client.yaml")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "--config", path, "add-model", "eq", "--provider", "sim", "--config", "zones=x,y")
+	if code != 0 || !strings.Contains(out, "added model eq") {
+		t.Fatalf("add-model with client config %s: exit %d, %q %q", path, code, out, errOut)
+	}
+	if got := tc.ok("models"); !strings.Contains(got, "zones=x,y") {
+		t.Errorf("models:\n%s", got)
+	}
+}

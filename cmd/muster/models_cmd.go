@@ -35,8 +35,9 @@ func newAddModelCmd(o *globalOptions) *cobra.Command {
 		Short: "Add a model with its provider configuration",
 		Long: `Add a model. --config sets provider configuration (e.g. endpoint=http://ADDR
 for a sim served by 'muster sim serve', zones=a,b,c) and model-config
-settings (e.g. harvest-mode=all). A --config value without "=" names the
-client config file, as the global --config does elsewhere.`,
+settings (e.g. harvest-mode=all). A --config value without "=", or with a
+"/" before its "=", names the client config file, as the global --config
+does elsewhere.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if provider == "" {
@@ -49,7 +50,7 @@ client config file, as the global --config does elsewhere.`,
 			// FILE; a value without "=" is taken as the client config file.
 			var kvs []string
 			for _, v := range config {
-				if strings.Contains(v, "=") {
+				if k, _, ok := strings.Cut(v, "="); ok && !strings.Contains(k, "/") {
 					kvs = append(kvs, v)
 					continue
 				}
