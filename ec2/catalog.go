@@ -76,10 +76,9 @@ func (p *Provider) instanceTypes(ctx context.Context) ([]instanceType, error) {
 		return its, nil
 	}
 	its = []instanceType{}
-	var token *string
-	seen := map[string]bool{}
-	for {
-		out, err := p.client.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{MaxResults: aws.Int32(100), NextToken: token})
+	pages := ec2.NewDescribeInstanceTypesPaginator(p.client, &ec2.DescribeInstanceTypesInput{MaxResults: aws.Int32(100)})
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, classify(err, "DescribeInstanceTypes", "")
 		}
@@ -88,12 +87,6 @@ func (p *Provider) instanceTypes(ctx context.Context) ([]instanceType, error) {
 				its = append(its, it)
 			}
 		}
-		next := aws.ToString(out.NextToken)
-		if next == "" || seen[next] {
-			break
-		}
-		seen[next] = true
-		token = out.NextToken
 	}
 	sortTypes(its)
 	p.mu.Lock()
@@ -240,10 +233,9 @@ func (p *Provider) listSubnets(ctx context.Context) ([]subnet, error) {
 		return nil, fmt.Errorf("ec2 DescribeSubnets: %w", err)
 	}
 	subs := []subnet{}
-	var token *string
-	seen := map[string]bool{}
-	for {
-		out, err := p.client.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{MaxResults: aws.Int32(1000), NextToken: token})
+	pages := ec2.NewDescribeSubnetsPaginator(p.client, &ec2.DescribeSubnetsInput{MaxResults: aws.Int32(1000)})
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, classify(err, "DescribeSubnets", "")
 		}
@@ -264,12 +256,6 @@ func (p *Provider) listSubnets(ctx context.Context) ([]subnet, error) {
 				subs = append(subs, sub)
 			}
 		}
-		next := aws.ToString(out.NextToken)
-		if next == "" || seen[next] {
-			break
-		}
-		seen[next] = true
-		token = out.NextToken
 	}
 	p.mu.Lock()
 	p.subnets, p.subnetsAt = subs, p.now()

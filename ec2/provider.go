@@ -369,41 +369,28 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 		index int // launch index
 	}
 	var (
-		out       []muster.Instance
-		unknown   = map[string][]pending{} // reservation → batch instances to resolve
-		resIDs    = map[string][]string{}  // reservation → its batch instance ids
-		seenRes   = map[string]bool{}
-		token     *string
-		seenToken = map[string]bool{}
+		out     []muster.Instance
+		unknown = map[string][]pending{} // reservation → batch instances to resolve
+		resIDs  = map[string][]string{}  // reservation → its batch instance ids
+		seenRes = map[string]bool{}
 	)
-	for {
-		res, err := p.client.DescribeInstances(ctx, &ec2.DescribeInstancesInput{
-			Filters: filters, MaxResults: aws.Int32(p.pageSize), NextToken: token,
-		})
-		if err != nil {
-			return nil, classify(err, "DescribeInstances", "")
-		}
-		for _, r := range res.Reservations {
-			rid := aws.ToString(r.ReservationId)
-			seenRes[rid] = true
-			for _, inst := range r.Instances {
-				in := p.instance(inst)
-				if !p.isOwn(in.Tags) || !slices.Contains(liveStates, in.State) {
-					continue // a filter the endpoint ignored
-				}
-				if in.MachineID == "" && in.Tags[TagBatch] != "" && inst.AmiLaunchIndex != nil {
-					unknown[rid] = append(unknown[rid], pending{len(out), int(*inst.AmiLaunchIndex)})
-					resIDs[rid] = append(resIDs[rid], in.ID)
-				}
-				out = append(out, in)
+	err := p.describeOwn(ctx, filters, func(r types.Reservation) {
+		rid := aws.ToString(r.ReservationId)
+		seenRes[rid] = true
+		for _, inst := range r.Instances {
+			in := p.instance(inst)
+			if !p.isOwn(in.Tags) || !slices.Contains(liveStates, in.State) {
+				continue // a filter the endpoint ignored
 			}
+			if in.MachineID == "" && in.Tags[TagBatch] != "" && inst.AmiLaunchIndex != nil {
+				unknown[rid] = append(unknown[rid], pending{len(out), int(*inst.AmiLaunchIndex)})
+				resIDs[rid] = append(resIDs[rid], in.ID)
+			}
+			out = append(out, in)
 		}
-		next := aws.ToString(res.NextToken)
-		if next == "" || seenToken[next] {
-			break
-		}
-		seenToken[next] = true
-		token = res.NextToken
+	})
+	if err != nil {
+		return nil, err
 	}
 	resolved, err := p.resolveBatches(ctx, resIDs)
 	if err != nil {
@@ -587,30 +574,32 @@ func (p *Provider) confirmOwn(ctx context.Context, ids []string) ([]string, erro
 		types.Filter{Name: aws.String("instance-id"), Values: ids},
 		types.Filter{Name: aws.String("instance-state-name"), Values: append(slices.Clone(liveStates), "shutting-down")})
 	var out []string
-	var token *string
-	seen := map[string]bool{}
-	for {
-		res, err := p.client.DescribeInstances(ctx, &ec2.DescribeInstancesInput{
-			Filters: filters, MaxResults: aws.Int32(p.pageSize), NextToken: token,
-		})
-		if err != nil {
-			return nil, classify(err, "DescribeInstances", "")
-		}
-		for _, r := range res.Reservations {
-			for _, inst := range r.Instances {
-				in := p.instance(inst)
-				if p.isOwn(in.Tags) && slices.Contains(ids, in.ID) && in.State != "terminated" && !slices.Contains(out, in.ID) {
-					out = append(out, in.ID)
-				}
+	err := p.describeOwn(ctx, filters, func(r types.Reservation) {
+		for _, inst := range r.Instances {
+			in := p.instance(inst)
+			if p.isOwn(in.Tags) && slices.Contains(ids, in.ID) && in.State != "terminated" && !slices.Contains(out, in.ID) {
+				out = append(out, in.ID)
 			}
 		}
-		next := aws.ToString(res.NextToken)
-		if next == "" || seen[next] {
-			return out, nil
+	})
+	return out, err
+}
+
+// describeOwn calls visit for every reservation DescribeInstances lists
+// with filters, page by page (the SDK's paginator follows NextToken and
+// stops on a repeated one).
+func (p *Provider) describeOwn(ctx context.Context, filters []types.Filter, visit func(types.Reservation)) error {
+	pages := ec2.NewDescribeInstancesPaginator(p.client, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: aws.Int32(p.pageSize)})
+	for pages.HasMorePages() {
+		res, err := pages.NextPage(ctx)
+		if err != nil {
+			return classify(err, "DescribeInstances", "")
 		}
-		seen[next] = true
-		token = res.NextToken
+		for _, r := range res.Reservations {
+			visit(r)
+		}
 	}
+	return nil
 }
 
 // terminate terminates ids, dropping the ids EC2 says do not exist or are
