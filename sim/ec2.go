@@ -295,13 +295,16 @@ func filters(form url.Values) ([]ec2Filter, error) {
 	return out, nil
 }
 
-// matchFilters reports whether a resource passes every filter: valuesOf
-// returns its values for a filter name, and false for a name the resource
-// does not know (an InvalidParameterValue error). Filter values may hold
-// the wildcards * and ?.
-func matchFilters(fs []ec2Filter, valuesOf func(name string) ([]string, bool)) (bool, error) {
+// matchFilters reports whether a resource passes every filter: fields are
+// its values by filter name, tags serve the tag:KEY and tag-key filters
+// (nil: the resource has none), and any other name is an
+// InvalidParameterValue error. Filter values may hold the wildcards * and ?.
+func matchFilters(fs []ec2Filter, tags map[string]string, fields map[string][]string) (bool, error) {
 	for _, f := range fs {
-		have, ok := valuesOf(f.name)
+		have, ok := fields[f.name]
+		if !ok && tags != nil {
+			have, ok = tagValues(tags, f.name)
+		}
 		if !ok {
 			return false, invalidValue("The filter '%s' is invalid", truncate(f.name, 64))
 		}

@@ -140,20 +140,12 @@ func (c *Cloud) ec2DescribeAvailabilityZones(q *ec2Query) (any, error) {
 		if !z.Available {
 			x.ZoneState = "impaired"
 		}
-		ok, err := matchFilters(fs, func(name string) ([]string, bool) {
-			switch name {
-			case "zone-name":
-				return []string{x.ZoneName}, true
-			case "state":
-				return []string{x.ZoneState}, true
-			case "zone-id":
-				return []string{x.ZoneID}, true
-			case "region-name":
-				return []string{x.RegionName}, true
-			case "zone-type":
-				return []string{x.ZoneType}, true
-			}
-			return nil, false
+		ok, err := matchFilters(fs, nil, map[string][]string{
+			"zone-name":   {x.ZoneName},
+			"state":       {x.ZoneState},
+			"zone-id":     {x.ZoneID},
+			"region-name": {x.RegionName},
+			"zone-type":   {x.ZoneType},
 		})
 		if err != nil {
 			return nil, err
@@ -207,22 +199,13 @@ func (c *Cloud) ec2DescribeSubnets(q *ec2Query) (any, error) {
 			tags["muster-space"] = s.Space
 			x.Tags = []xmlTag{{Key: "muster-space", Value: s.Space}}
 		}
-		ok, err := matchFilters(fs, func(name string) ([]string, bool) {
-			switch name {
-			case "availability-zone":
-				return []string{x.AvailabilityZone}, true
-			case "subnet-id":
-				return []string{x.SubnetID}, true
-			case "default-for-az":
-				return []string{strconv.FormatBool(x.DefaultForAz)}, true
-			case "vpc-id":
-				return []string{x.VpcID}, true
-			case "cidr-block":
-				return []string{x.CIDRBlock}, true
-			case "state":
-				return []string{x.State}, true
-			}
-			return tagValues(tags, name)
+		ok, err := matchFilters(fs, tags, map[string][]string{
+			"availability-zone": {x.AvailabilityZone},
+			"subnet-id":         {x.SubnetID},
+			"default-for-az":    {strconv.FormatBool(x.DefaultForAz)},
+			"vpc-id":            {x.VpcID},
+			"cidr-block":        {x.CIDRBlock},
+			"state":             {x.State},
 		})
 		if err != nil {
 			return nil, err
@@ -301,26 +284,15 @@ func (c *Cloud) ec2DescribeImages(q *ec2Query) (any, error) {
 			CreationDate: ec2ImageDate, IsPublic: true, ImageType: "machine", RootDeviceName: ec2RootDevice,
 			RootDeviceType: "ebs", VirtualizationType: "hvm",
 		}
-		ok, err := matchFilters(fs, func(name string) ([]string, bool) {
-			switch name {
-			case "name":
-				return []string{x.Name}, true
-			case "architecture":
-				return []string{x.Architecture}, true
-			case "state":
-				return []string{x.ImageState}, true
-			case "owner-id":
-				return []string{x.OwnerID}, true
-			case "image-id":
-				return []string{x.ImageID}, true
-			case "is-public":
-				return []string{"true"}, true
-			case "root-device-type":
-				return []string{x.RootDeviceType}, true
-			case "virtualization-type":
-				return []string{x.VirtualizationType}, true
-			}
-			return nil, false
+		ok, err := matchFilters(fs, nil, map[string][]string{
+			"name":                {x.Name},
+			"architecture":        {x.Architecture},
+			"state":               {x.ImageState},
+			"owner-id":            {x.OwnerID},
+			"image-id":            {x.ImageID},
+			"is-public":           {"true"},
+			"root-device-type":    {x.RootDeviceType},
+			"virtualization-type": {x.VirtualizationType},
 		})
 		if err != nil {
 			return nil, err
@@ -391,20 +363,12 @@ func (c *Cloud) ec2DescribeInstanceTypes(q *ec2Query) (any, error) {
 		x.VCPUInfo.DefaultVCPUs = it.Cores
 		x.MemoryInfo.SizeInMiB = it.Mem
 		x.ProcessorInfo.SupportedArchitectures = arches[n]
-		ok, err := matchFilters(fs, func(name string) ([]string, bool) {
-			switch name {
-			case "instance-type":
-				return []string{n}, true
-			case "processor-info.supported-architecture":
-				return arches[n], true
-			case "vcpu-info.default-vcpus":
-				return []string{strconv.Itoa(it.Cores)}, true
-			case "memory-info.size-in-mib":
-				return []string{strconv.FormatUint(it.Mem, 10)}, true
-			case "current-generation":
-				return []string{"true"}, true
-			}
-			return nil, false
+		ok, err := matchFilters(fs, nil, map[string][]string{
+			"instance-type":                         {n},
+			"processor-info.supported-architecture": arches[n],
+			"vcpu-info.default-vcpus":               {strconv.Itoa(it.Cores)},
+			"memory-info.size-in-mib":               {strconv.FormatUint(it.Mem, 10)},
+			"current-generation":                    {"true"},
 		})
 		if err != nil {
 			return nil, err
@@ -631,26 +595,15 @@ func (c *Cloud) ec2DescribeInstances(q *ec2Query) (any, error) {
 			continue
 		}
 		a := c.ec2AttrsLocked(inst)
-		ok, err := matchFilters(fs, func(name string) ([]string, bool) {
-			switch name {
-			case "instance-state-name":
-				return []string{ec2State(inst.State).Name}, true
-			case "instance-id":
-				return []string{inst.ID}, true
-			case "availability-zone":
-				return []string{inst.Zone}, true
-			case "client-token":
-				return []string{a.ClientToken}, true
-			case "instance-type":
-				return []string{inst.InstanceType}, true
-			case "reservation-id":
-				return []string{a.ReservationID}, true
-			case "subnet-id":
-				return []string{a.SubnetID}, true
-			case "image-id":
-				return []string{a.ImageID}, true
-			}
-			return tagValues(inst.Tags, name)
+		ok, err := matchFilters(fs, inst.Tags, map[string][]string{
+			"instance-state-name": {ec2State(inst.State).Name},
+			"instance-id":         {inst.ID},
+			"availability-zone":   {inst.Zone},
+			"client-token":        {a.ClientToken},
+			"instance-type":       {inst.InstanceType},
+			"reservation-id":      {a.ReservationID},
+			"subnet-id":           {a.SubnetID},
+			"image-id":            {a.ImageID},
 		})
 		if err != nil {
 			return nil, err
