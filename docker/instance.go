@@ -213,7 +213,13 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 		}
 		vl[LabelVolume] = v.Name
 		name := p.volumeName(sp.MachineID, sp.LaunchToken, v.Name)
-		if _, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: "local", Labels: vl}); err != nil {
+		dctx, cancel := detached(ctx)
+		_, err := p.cli.VolumeCreate(dctx, client.VolumeCreateOptions{Name: name, Driver: "local", Labels: vl})
+		cancel()
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
 			p.removeAfterFailure(ctx, "", sp.LaunchToken)
 			return "", classify(err, "create volume "+name)
 		}
@@ -247,7 +253,12 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 	if p.cfg.NetworkMode == NetworkHost {
 		opts.Config.Hostname = "" // host mode shares the host's UTS name
 	}
-	res, err := p.cli.ContainerCreate(ctx, opts)
+	// The engine goes on creating a container whose caller hung up, so
+	// the create is not cancelled half-way: the id it returns is what a
+	// cleanup needs.
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	res, err := p.cli.ContainerCreate(dctx, opts)
 	if err != nil && cerrdefs.IsConflict(err) {
 		// The name is taken: by a concurrent start of this token (in
 		// another process), or by another token sharing the first 12
@@ -256,7 +267,7 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 			return id, nil
 		}
 		opts.Name = "muster-" + p.model8 + "-m" + sanitize(sp.MachineID) + "-" + sanitize(sp.LaunchToken)
-		res, err = p.cli.ContainerCreate(ctx, opts)
+		res, err = p.cli.ContainerCreate(dctx, opts)
 	}
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -273,6 +284,10 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 	}
 	for _, w := range res.Warnings {
 		p.log.Warn("container create warning", "machine", sp.MachineID, "warning", w)
+	}
+	if err := ctx.Err(); err != nil {
+		p.removeAfterFailure(ctx, res.ID, sp.LaunchToken)
+		return "", err
 	}
 	if err := p.copyConfig(ctx, res.ID, sp.UserData); err != nil {
 		p.removeAfterFailure(ctx, res.ID, sp.LaunchToken)
@@ -323,7 +338,13 @@ func (p *Provider) resume(ctx context.Context, id string, sp muster.StartParams)
 				return muster.StartResult{}, err
 			}
 		}
-		if _, err := p.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		dctx, cancel := detached(ctx)
+		_, err := p.cli.ContainerStart(dctx, id, client.ContainerStartOptions{})
+		cancel()
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
 			return muster.StartResult{}, classify(err, "start container "+id)
 		}
 		if ins, err = p.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err != nil {
@@ -422,10 +443,16 @@ func instanceState(s container.ContainerState) string {
 	return string(s)
 }
 
+// detached is ctx without its cancellation, bounded by cleanupTimeout: for
+// engine calls that must not be abandoned half-way.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
 // removeAfterFailure removes a container (if id is set) and its token's
 // volumes after its start failed, even when ctx is cancelled.
 func (p *Provider) removeAfterFailure(ctx context.Context, id, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ctx, cancel := detached(ctx)
 	defer cancel()
 	if id != "" {
 		if _, err := p.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
