@@ -22,8 +22,8 @@ var ConfigKeys = []string{"region", "endpoint", "profile"}
 type Config struct {
 	// Region is the AWS region, e.g. "us-east-1". Required.
 	Region string
-	// Endpoint is the EC2 endpoint URL, e.g. "http://127.0.0.1:7070/ec2/"
-	// for the sim; "" means the region's AWS endpoint.
+	// Endpoint is the EC2 endpoint URL, e.g. "http://127.0.0.1:7070" for
+	// the sim; "" means the region's AWS endpoint.
 	Endpoint string
 	// Profile is the shared config profile (~/.aws/config) to use; ""
 	// means the default (or AWS_PROFILE).
@@ -34,6 +34,11 @@ type Config struct {
 	// (environment, shared config and credentials files, profile, SSO,
 	// instance role via IMDS). For tests.
 	Credentials aws.CredentialsProvider
+	// LoopbackCredentials, when set, are used for an Endpoint on a
+	// loopback address when the chain has none: the controller passes the
+	// key pair `muster sim serve` accepts by default. With a loopback
+	// Endpoint the chain never asks the instance metadata service.
+	LoopbackCredentials aws.CredentialsProvider
 	// Logger gets the provider's records; default slog.Default().
 	Logger *slog.Logger
 }
@@ -49,7 +54,7 @@ var credentialWords = []string{"access-key", "accesskey", "secret", "token", "pa
 // them without calling AWS:
 //
 //	region=us-east-1                  Config.Region (required)
-//	endpoint=http://HOST:PORT/ec2/    Config.Endpoint (default: the region's AWS endpoint)
+//	endpoint=http://HOST:PORT         Config.Endpoint (default: the region's AWS endpoint)
 //	profile=NAME                      Config.Profile (default: the default profile)
 //
 // Unknown keys, keys that look like credentials and bad values are EInvalid

@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go/middleware"
@@ -106,6 +109,12 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 	if cfg.Credentials != nil {
 		opts = append(opts, config.WithCredentialsProvider(cfg.Credentials))
 	}
+	loopback := isLoopbackEndpoint(cfg.Endpoint)
+	if loopback {
+		// An instance role is for AWS itself, and asking 169.254.169.254
+		// would send traffic off the host for a local endpoint.
+		opts = append(opts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
+	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, &muster.Error{Code: muster.EInvalid, Err: err,
@@ -126,6 +135,9 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 		own:        map[string]bool{},
 		batches:    map[string]map[int]launch{},
 		calls:      map[string]int{},
+	}
+	if loopback && cfg.Credentials == nil && cfg.LoopbackCredentials != nil {
+		awsCfg.Credentials = aws.NewCredentialsCache(orCredentials{awsCfg.Credentials, cfg.LoopbackCredentials})
 	}
 	if awsCfg.Credentials != nil {
 		awsCfg.Credentials = credentialsMarker{awsCfg.Credentials} // already cached by config
@@ -180,6 +192,33 @@ func (c ownBodies) Do(r *http.Request) (*http.Response, error) {
 	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	r2.ContentLength = int64(len(b))
 	return c.HTTPClient.Do(r2)
+}
+
+// isLoopbackEndpoint tells whether endpoint's host is localhost or a
+// loopback address.
+func isLoopbackEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || endpoint == "" {
+		return false
+	}
+	h := u.Hostname()
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
+}
+
+// orCredentials are the first provider's credentials, else the second's.
+type orCredentials struct{ first, second aws.CredentialsProvider }
+
+func (o orCredentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	if o.first != nil {
+		if c, err := o.first.Retrieve(ctx); err == nil {
+			return c, nil
+		}
+	}
+	return o.second.Retrieve(ctx)
 }
 
 // credentialsMarker marks the failures of a credentials provider, so that

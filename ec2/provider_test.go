@@ -6,13 +6,16 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/sim"
@@ -800,5 +803,78 @@ func TestOwnBodies(t *testing.T) {
 	}
 	if d.err != nil || string(d.got) != body {
 		t.Errorf("transport read %d bytes, %v; want the whole body of %d", len(d.got), d.err, len(body))
+	}
+}
+
+func TestIsLoopbackEndpoint(t *testing.T) {
+	for endpoint, want := range map[string]bool{
+		"http://127.0.0.1:7070":               true,
+		"http://127.9.9.9/ec2/":               true,
+		"http://[::1]:7070":                   true,
+		"http://LOCALHOST:7070":               true,
+		"":                                    false,
+		"https://ec2.us-east-1.amazonaws.com": false,
+		"http://10.0.0.1:7070":                false,
+		"http://localhost.example.com":        false,
+		"http://127.0.0.1.example.com":        false,
+	} {
+		if got := isLoopbackEndpoint(endpoint); got != want {
+			t.Errorf("isLoopbackEndpoint(%q) = %v, want %v", endpoint, got, want)
+		}
+	}
+}
+
+// With a loopback endpoint and no credentials in the chain, the provider
+// uses Config.LoopbackCredentials (the sim's default key pair); the chain's
+// own credentials, when it has some, come first; the instance metadata
+// service is never asked.
+func TestLoopbackCredentials(t *testing.T) {
+	s := newSimEC2(t, nil)
+	ctx := testCtx(t)
+	var imdsCalls atomic.Int32
+	imdsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		imdsCalls.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer imdsSrv.Close()
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "false")
+	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imdsSrv.URL)
+	simKeys := credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")
+	zones := func(endpoint string, fallback aws.CredentialsProvider) error {
+		t.Helper()
+		p, err := Open(ctx, Config{Region: "us-east-1", Endpoint: endpoint, LoopbackCredentials: fallback}, "c", "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Zones(ctx)
+		return err
+	}
+	if err := zones(s.endpoint, simKeys); err != nil {
+		t.Errorf("loopback endpoint, empty chain: %v", err)
+	}
+	if err := zones(strings.Replace(s.endpoint, "127.0.0.1", "localhost", 1), simKeys); err != nil {
+		t.Errorf("localhost endpoint, empty chain: %v", err)
+	}
+	if err := zones(s.endpoint, nil); err == nil {
+		t.Error("loopback endpoint, empty chain, no fallback: got no error")
+	}
+	if n := imdsCalls.Load(); n != 0 {
+		t.Errorf("the metadata service was asked %d times for a loopback endpoint", n)
+	}
+	// The chain's credentials come first, even when they are wrong.
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIACHAINKEY")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "chain-secret")
+	err := zones(s.endpoint, simKeys)
+	wantKind(t, "chain credentials first", err, muster.ErrZoneIndependent, "")
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	// Without an endpoint (AWS itself) the chain asks the metadata service
+	// (here a local one that has no role), and the fallback is not used:
+	// no request is sent without credentials.
+	if err := zones("", simKeys); err == nil {
+		t.Error("AWS endpoint, empty chain: got no error")
+	}
+	if imdsCalls.Load() == 0 {
+		t.Error("the metadata service was not asked for the AWS endpoint: the check above proves nothing")
 	}
 }

@@ -185,7 +185,10 @@ func TestE1_GroupReadOnce(t *testing.T) {
 	cs := &groupCountingStore{Store: h.store}
 	h.store2 = cs
 	h.start()
-	h.listed(1)
+	// The first full pass reads every machine with its group: machines
+	// added before it ends would never need DistributionGroups. Its zone
+	// table is filled after that read.
+	h.waitFor("the first full pass", func() bool { return len(h.p.Zones()) > 0 })
 	h.add(5, muster.MachineTemplate{Group: "web"})
 	h.waitFor("5 machines running", allRunning(h, 5))
 	if got := cs.askedFor(); len(got) != 1 {

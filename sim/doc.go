@@ -31,7 +31,7 @@
 // capacity. A Provider sees, and stops, only instances tagged with its
 // controller and model.
 //
-// NewServer also serves a subset of the EC2 Query API at POST /ec2/
+// NewServer also serves a subset of the EC2 Query API at POST / and /ec2/
 // (DescribeAvailabilityZones, DescribeSubnets, DescribeImages,
 // DescribeInstanceTypes, RunInstances, DescribeInstances,
 // TerminateInstances, DescribeInstanceAttribute), SigV4-verified with

@@ -17,7 +17,7 @@ import (
 )
 
 // The EC2 API: NewServer serves a subset of the EC2 Query API (awsEc2query
-// protocol, version 2016-11-15) at POST /ec2/, on the same cloud as the
+// protocol, version 2016-11-15) at POST / and /ec2/, on the same cloud as the
 // sim's own API, so that both see the same instances, faults, rate limits,
 // capacity, counters and state. Requests must be SigV4-signed with the
 // cloud's EC2 key pair (Config.EC2AccessKey/EC2SecretKey). A request goes:
@@ -121,7 +121,7 @@ var ec2Actions = map[string]ec2Action{
 	"DescribeInstanceAttribute": {kind: CallDescribe, run: (*Cloud).ec2DescribeInstanceAttribute},
 }
 
-// ec2 serves POST /ec2/.
+// ec2 serves POST / and /ec2/.
 func (s *server) ec2(w http.ResponseWriter, r *http.Request) {
 	reqID := newRequestID()
 	out, err := s.c.serveEC2(r, reqID)

@@ -179,6 +179,35 @@ func filter(name string, values ...string) types.Filter {
 	return types.Filter{Name: aws.String(name), Values: values}
 }
 
+// An EC2 endpoint is a host's root; the sim also answers at /ec2/, beside
+// its own API, which keeps its paths.
+func TestEC2EndpointPaths(t *testing.T) {
+	e := newEC2Env(t, sim.Config{})
+	key, secret := e.c.EC2Credentials()
+	for _, path := range []string{"", "/", "/ec2", "/ec2/"} {
+		api := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")},
+			func(o *ec2.Options) { o.BaseEndpoint = aws.String(e.srv.URL + path); o.Retryer = aws.NopRetryer{} })
+		zs, err := api.DescribeAvailabilityZones(context.Background(), &ec2.DescribeAvailabilityZonesInput{})
+		if err != nil || len(zs.AvailabilityZones) != 3 {
+			t.Errorf("endpoint %q: got %v zones, err %v; want 3 zones", e.srv.URL+path, zs, err)
+		}
+	}
+	for _, tt := range []struct{ method, path string }{{"GET", "/"}, {"POST", "/v1/nothing"}, {"POST", "/other/"}} {
+		req, _ := http.NewRequest(tt.method, e.srv.URL+tt.path, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound {
+			t.Errorf("%s %s: got status %d, want 404", tt.method, tt.path, res.StatusCode)
+		}
+	}
+	if _, err := sim.NewClient(e.srv.URL, nil).Zones(context.Background()); err != nil {
+		t.Errorf("the sim's own API beside the EC2 endpoint: %v", err)
+	}
+}
+
 func TestEC2ZonesAndSubnets(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()

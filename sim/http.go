@@ -39,7 +39,7 @@ import (
 //	GET  /v1/admin/stats                  → Stats
 //	POST /v1/admin/stats/reset            → {}
 //
-// and, at POST /ec2/ (or /ec2), a subset of the EC2 Query API (see ec2.go).
+// and, at POST / (and /ec2/), a subset of the EC2 Query API (see ec2.go).
 
 type startRequest struct {
 	Controller string               `json:"controller"`
@@ -147,6 +147,7 @@ func NewServer(c *Cloud) http.Handler {
 	mux.HandleFunc("POST /v1/admin/stats/reset", s.adminResetStats)
 	mux.HandleFunc("POST /ec2/", s.ec2)
 	mux.HandleFunc("POST /ec2", s.ec2)
+	mux.HandleFunc("POST /{$}", s.ec2) // where an EC2 endpoint serves it
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, muster.Errorf(muster.ENotFound, "sim: no such endpoint %s %s", r.Method, r.URL.Path))
 	})

@@ -12,8 +12,9 @@ import (
 )
 
 // TestE2EEC2Model runs a real controller process with an ec2 model whose
-// endpoint is the EC2 API of a separate `muster sim serve`, with the sim's
-// key pair in the standard AWS environment variables: machines spread over
+// endpoint is the EC2 API of a separate `muster sim serve` and no AWS
+// credentials anywhere (for a loopback endpoint the controller signs with
+// the sim's default key pair), as README shows: machines spread over
 // the zones, a capacity error in one zone fails over, removal terminates,
 // and a kill -9 between RunInstances and the record launches no second
 // instance — the restarted controller repeats the launch with the same
@@ -23,8 +24,7 @@ func TestE2EEC2Model(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real processes; skipped with -short")
 	}
-	pt := newProcTest(t, "AWS_ACCESS_KEY_ID="+sim.DefaultEC2AccessKey, "AWS_SECRET_ACCESS_KEY="+sim.DefaultEC2SecretKey,
-		"AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/nonexistent/aws-config",
+	pt := newProcTest(t, "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/nonexistent/aws-config",
 		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent/aws-credentials", "AWS_EC2_METADATA_DISABLED=true")
 	simProc, simURL := pt.startSim("--zones", "a,b,c")
 	defer simProc.stop()
@@ -103,7 +103,7 @@ func TestE2EEC2Model(t *testing.T) {
 		t.Fatalf("ec2 model with a secret key: exit %d, %q; want a refusal pointing at the credential chain", code, errOut)
 	}
 
-	cli("add-model", "aws", "--provider", "ec2", "--config", "region=us-east-1", "--config", "endpoint="+simURL+"/ec2/")
+	cli("add-model", "aws", "--provider", "ec2", "--config", "region=us-east-1", "--config", "endpoint="+simURL)
 	model := modelUUID()
 	// Zone a is out of capacity for the next two launches.
 	if err := cloud.FailNext(ctx, "a", 2); err != nil {

@@ -4,14 +4,19 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/musterhq/muster/ec2"
+	"github.com/musterhq/muster/sim"
 )
 
 // openEC2Provider opens a model's EC2 provider. Credentials come from the
 // standard AWS chain of the controller's environment, never from the
-// model's config or the store.
+// model's config or the store; for an endpoint on a loopback address with
+// no credentials in the chain, the key pair `muster sim serve` accepts by
+// default.
 func openEC2Provider(ctx context.Context, env providerEnv) (*modelProvider, error) {
-	cfg := ec2.Config{Logger: env.logger}
+	cfg := ec2.Config{Logger: env.logger,
+		LoopbackCredentials: credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")}
 	if err := ec2.ApplyModelConfig(&cfg, env.model.Config); err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func newSimServeCmd() *cobra.Command {
 NAME:CORES (e.g. a,b:0,c:64). With --state the cloud keeps its state in
 FILE and finds it there again after a restart (then --zones is ignored).
 The first line printed is "sim listening on http://HOST:PORT"; the second
-names the EC2-compatible endpoint (http://HOST:PORT/ec2/) and the key pair
+names the EC2-compatible endpoint (http://HOST:PORT, also at /ec2/) and the key pair
 its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,7 +61,7 @@ its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 			return serveSim(cmd.Context(), cloud, listen, func(url string) {
 				key, secret := cloud.EC2Credentials()
 				fmt.Fprintf(cmd.OutOrStdout(), "sim listening on %s\n", url)
-				fmt.Fprintf(cmd.OutOrStdout(), "EC2 API at %s/ec2/ (region: any; AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s)\n", url, key, secret)
+				fmt.Fprintf(cmd.OutOrStdout(), "EC2 API at %s (region: any; AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s)\n", url, key, secret)
 			})
 		},
 	}

@@ -122,7 +122,7 @@ func TestSimServeEC2Line(t *testing.T) {
 	cancel()
 	<-done
 	url := strings.TrimSpace(strings.TrimPrefix(first, "sim listening on "))
-	want := "EC2 API at " + url + "/ec2/ (region: any; AWS_ACCESS_KEY_ID=AKIATESTKEY000000000 AWS_SECRET_ACCESS_KEY=s3cret)\n"
+	want := "EC2 API at " + url + " (region: any; AWS_ACCESS_KEY_ID=AKIATESTKEY000000000 AWS_SECRET_ACCESS_KEY=s3cret)\n"
 	if second != want {
 		t.Errorf("second line %q, want %q", second, want)
 	}
