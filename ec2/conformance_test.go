@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 		"AWS_SECRET_ACCESS_KEY":       "",
 		"AWS_SESSION_TOKEN":           "",
 		"AWS_EC2_METADATA_DISABLED":   "true",
+		"AWS_CA_BUNDLE":               "", // as on most machines: the config then gives no HTTP client
 	} {
 		os.Setenv(k, v)
 	}

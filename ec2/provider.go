@@ -20,6 +20,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -141,6 +142,9 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 	}
 	if awsCfg.Credentials != nil {
 		awsCfg.Credentials = credentialsMarker{awsCfg.Credentials} // already cached by config
+	}
+	if awsCfg.HTTPClient == nil { // set by the config only for a custom CA bundle
+		awsCfg.HTTPClient = awshttp.NewBuildableClient()
 	}
 	awsCfg.HTTPClient = ownBodies{awsCfg.HTTPClient}
 	p.client = ec2.NewFromConfig(awsCfg, func(o *ec2.Options) {

@@ -3,11 +3,14 @@ package ec2
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -876,5 +879,38 @@ func TestLoopbackCredentials(t *testing.T) {
 	}
 	if imdsCalls.Load() == 0 {
 		t.Error("the metadata service was not asked for the AWS endpoint: the check above proves nothing")
+	}
+}
+
+// AWS_CA_BUNDLE (or ca_bundle in ~/.aws/config) makes the SDK build its own
+// HTTP client: an endpoint served with a certificate of that bundle works.
+func TestCABundle(t *testing.T) {
+	cloud, err := sim.Open(sim.Config{Zones: sim.ZoneConfigs(testZones...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cloud.Close()
+	srv := httptest.NewTLSServer(sim.NewServer(cloud))
+	defer srv.Close()
+	bundle := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	creds := credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")
+	zones := func() error {
+		p, err := Open(ctx, Config{Region: "us-east-1", Endpoint: srv.URL, Credentials: creds}, "c", "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Zones(ctx)
+		return err
+	}
+	if err := zones(); err == nil {
+		t.Error("a TLS endpoint with an unknown certificate: got no error")
+	}
+	t.Setenv("AWS_CA_BUNDLE", bundle)
+	if err := zones(); err != nil {
+		t.Errorf("with AWS_CA_BUNDLE: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -139,6 +140,9 @@ func (s *Supervisor) once(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = muster.Errorf(muster.EInternal, "provisioner panic: %v", r)
+			if s.cfg.Logger != nil {
+				s.cfg.Logger.Error("provisioner panic", "model", s.cfg.Model.Name, "panic", r, "stack", string(debug.Stack()))
+			}
 		}
 	}()
 	p, err := New(s.cfg)

@@ -25,7 +25,7 @@ func TestE2EEC2Model(t *testing.T) {
 		t.Skip("builds and runs real processes; skipped with -short")
 	}
 	pt := newProcTest(t, "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/nonexistent/aws-config",
-		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent/aws-credentials", "AWS_EC2_METADATA_DISABLED=true")
+		"AWS_SHARED_CREDENTIALS_FILE=/nonexistent/aws-credentials", "AWS_CA_BUNDLE=", "AWS_EC2_METADATA_DISABLED=true")
 	simProc, simURL := pt.startSim("--zones", "a,b,c")
 	defer simProc.stop()
 	cloud := sim.NewClient(simURL, nil)
