@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -164,8 +165,19 @@ type slogPromLogger struct{ l *slog.Logger }
 
 func (p slogPromLogger) Println(v ...any) { p.l.Error("metrics", "err", v) }
 
-// ServeHTTP serves the API.
+// ServeHTTP serves the API. A handler that panics answers an internal
+// error (when it has not answered yet) and the panic is logged with its
+// stack, instead of the connection being dropped.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.logger.Error("request panicked", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			writeError(w, s.logger, r, muster.Errorf(muster.EInternal, "internal error"))
+		}
+	}()
 	s.mux.ServeHTTP(w, r)
 }
 

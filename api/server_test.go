@@ -574,3 +574,17 @@ func TestNoSimHandler(t *testing.T) {
 		t.Errorf("got %d %q, want 404 not-found", status, code)
 	}
 }
+
+// A handler that panics answers an internal error instead of dropping the
+// connection, and the server goes on serving.
+func TestHandlerPanicIsAnInternalError(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) {
+		c.Zones = func(ctx context.Context, model string) ([]muster.Zone, error) { panic("zones exploded") }
+	})
+	ctx := context.Background()
+	_, err := h.admin.Zones(ctx, "default")
+	wantCode(t, err, muster.EInternal)
+	if _, err := h.admin.Models(ctx); err != nil {
+		t.Errorf("after the panic: %v", err)
+	}
+}
