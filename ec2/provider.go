@@ -52,6 +52,10 @@ const (
 	// subnetTTL is how long the subnet list is reused to choose a zone's
 	// subnet.
 	subnetTTL = 5 * time.Minute
+	// ownForget is how long after its start an instance missing from
+	// listings is still remembered as this provider's (EC2's listings lag
+	// by seconds, and show a terminated instance for about an hour).
+	ownForget = time.Hour
 )
 
 // Provider is a muster.Provider on Amazon EC2 (or the sim's EC2 endpoint)
@@ -76,7 +80,7 @@ type Provider struct {
 	subnets   []subnet                  // nil until listed
 	subnetsAt time.Time                 // when subnets were listed
 	zones     []string                  // zone names in the order listed; nil until listed
-	own       map[string]bool           // instance ids this provider started
+	own       map[string]time.Time      // instance ids this provider started, and when
 	batches   map[string]map[int]launch // reservation id → launch index → launch
 	calls     map[string]int            // operations by name, for tests and measures
 }
@@ -133,7 +137,7 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 		subnetsSem: make(chan struct{}, 1),
 		zonesSem:   make(chan struct{}, 1),
 		images:     map[string]image{},
-		own:        map[string]bool{},
+		own:        map[string]time.Time{},
 		batches:    map[string]map[int]launch{},
 		calls:      map[string]int{},
 	}
@@ -416,12 +420,14 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 		unknown = map[string][]pending{} // reservation → batch instances to resolve
 		resIDs  = map[string][]string{}  // reservation → its batch instance ids
 		seenRes = map[string]bool{}
+		seen    = map[string]bool{}
 	)
 	err := p.describeOwn(ctx, filters, func(r types.Reservation) {
 		rid := aws.ToString(r.ReservationId)
 		seenRes[rid] = true
 		for _, inst := range r.Instances {
 			in := p.instance(inst)
+			seen[in.ID] = true
 			if !p.isOwn(in.Tags) || !slices.Contains(liveStates, in.State) {
 				continue // a filter the endpoint ignored
 			}
@@ -454,6 +460,15 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	for rid := range p.batches {
 		if !seenRes[rid] {
 			delete(p.batches, rid)
+		}
+	}
+	// An instance gone behind muster's back is forgotten once it is
+	// missing from a listing long after its start: a young one may be
+	// missing only because listings lag.
+	now := p.now()
+	for id, at := range p.own {
+		if !seen[id] && now.Sub(at) > ownForget {
+			delete(p.own, id)
 		}
 	}
 	p.mu.Unlock()
@@ -583,7 +598,7 @@ func (p *Provider) StopInstances(ctx context.Context, ids ...string) error {
 	p.mu.Lock()
 	for _, id := range ids {
 		switch {
-		case p.own[id]:
+		case !p.own[id].IsZero():
 			mine = append(mine, id)
 		case plausibleID(id):
 			check = append(check, id)

@@ -621,7 +621,7 @@ func TestStopDropsVanished(t *testing.T) {
 	// The sim keeps a terminated instance listed for an hour; one that
 	// never existed is what EC2 does not know.
 	p.mu.Lock()
-	p.own["i-00000000000000000"] = true
+	p.own["i-00000000000000000"] = p.now()
 	p.mu.Unlock()
 	if err := p.StopInstances(ctx, append(ids, "i-00000000000000000")...); err != nil {
 		t.Fatal(err)
@@ -912,5 +912,50 @@ func TestCABundle(t *testing.T) {
 	t.Setenv("AWS_CA_BUNDLE", bundle)
 	if err := zones(); err != nil {
 		t.Errorf("with AWS_CA_BUNDLE: %v", err)
+	}
+}
+
+// The provider forgets the instances it started once they are gone from
+// the listings long after their start, and not before.
+func TestOwnForgotten(t *testing.T) {
+	s := newSimEC2(t, nil)
+	ctx := testCtx(t)
+	p := s.provider(t, muster.NewUUID(), muster.NewUUID())
+	now := time.Now()
+	p.now = func() time.Time { return now }
+	var ids []string
+	for i := range 3 {
+		res, err := p.StartInstance(ctx, params(p, strconv.Itoa(i), "us-east-1a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Instance.ID)
+	}
+	own := func() []string {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		var out []string
+		for id := range p.own {
+			out = append(out, id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	s.cloud.RemoveInstances(ids[0]) // gone behind muster's back
+	s.setFaults(t, func(f *sim.Faults) { f.ListingLag = 24 * time.Hour })
+	if _, err := p.Instances(ctx); err != nil { // lags: lists none of them
+		t.Fatal(err)
+	}
+	if got := own(); len(got) != 3 {
+		t.Errorf("young instances missing from a listing: own %v, want all 3", got)
+	}
+	s.setFaults(t, func(f *sim.Faults) { f.ListingLag = 0 })
+	now = now.Add(ownForget + time.Minute)
+	if _, err := p.Instances(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values(ids[1:]))
+	if got := own(); !slices.Equal(got, want) {
+		t.Errorf("after an hour: own %v, want the live ones %v", got, want)
 	}
 }

@@ -477,7 +477,7 @@ func (p *Provider) started(pl plan, inst types.Instance, tags map[string]string)
 			"ec2 RunInstances: the instance %s of launch token %s is %s; a new start needs a new launch token", in.ID, pl.sp.LaunchToken, in.State)
 	}
 	p.mu.Lock()
-	p.own[in.ID] = true
+	p.own[in.ID] = p.now()
 	p.mu.Unlock()
 	for k, v := range tags {
 		if _, ok := in.Tags[k]; !ok {
