@@ -175,7 +175,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(v)
 			}
 			s.logger.Error("request panicked", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-			writeError(w, s.logger, r, muster.Errorf(muster.EInternal, "internal error"))
+			writeJSON(w, StatusOf(muster.EInternal), errorBody{Error: errorDetail{Code: muster.EInternal, Message: "internal error"}})
 		}
 	}()
 	s.mux.ServeHTTP(w, r)

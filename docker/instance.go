@@ -213,13 +213,10 @@ func (p *Provider) create(ctx context.Context, sp muster.StartParams, zone strin
 		}
 		vl[LabelVolume] = v.Name
 		name := p.volumeName(sp.MachineID, sp.LaunchToken, v.Name)
-		dctx, cancel := detached(ctx)
-		_, err := p.cli.VolumeCreate(dctx, client.VolumeCreateOptions{Name: name, Driver: "local", Labels: vl})
-		cancel()
-		if err == nil {
-			err = ctx.Err()
-		}
-		if err != nil {
+		if err := whole(ctx, func(ctx context.Context) error {
+			_, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: "local", Labels: vl})
+			return err
+		}); err != nil {
 			p.removeAfterFailure(ctx, "", sp.LaunchToken)
 			return "", classify(err, "create volume "+name)
 		}
@@ -338,13 +335,10 @@ func (p *Provider) resume(ctx context.Context, id string, sp muster.StartParams)
 				return muster.StartResult{}, err
 			}
 		}
-		dctx, cancel := detached(ctx)
-		_, err := p.cli.ContainerStart(dctx, id, client.ContainerStartOptions{})
-		cancel()
-		if err == nil {
-			err = ctx.Err()
-		}
-		if err != nil {
+		if err := whole(ctx, func(ctx context.Context) error {
+			_, err := p.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+			return err
+		}); err != nil {
 			return muster.StartResult{}, classify(err, "start container "+id)
 		}
 		if ins, err = p.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err != nil {
@@ -447,6 +441,18 @@ func instanceState(s container.ContainerState) string {
 // engine calls that must not be abandoned half-way.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// whole runs an engine call that must not be abandoned half-way (the
+// engine goes on with it when its caller hangs up) on a detached context,
+// and then reports ctx's end if the call succeeded meanwhile.
+func whole(ctx context.Context, call func(context.Context) error) error {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	if err := call(dctx); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // removeAfterFailure removes a container (if id is set) and its token's

@@ -427,10 +427,10 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 		seenRes[rid] = true
 		for _, inst := range r.Instances {
 			in := p.instance(inst)
-			seen[in.ID] = true
 			if !p.isOwn(in.Tags) || !slices.Contains(liveStates, in.State) {
 				continue // a filter the endpoint ignored
 			}
+			seen[in.ID] = true
 			if in.MachineID == "" && in.Tags[TagBatch] != "" && inst.AmiLaunchIndex != nil {
 				unknown[rid] = append(unknown[rid], pending{len(out), int(*inst.AmiLaunchIndex)})
 				resIDs[rid] = append(resIDs[rid], in.ID)

@@ -833,7 +833,6 @@ func TestIsLoopbackEndpoint(t *testing.T) {
 // service is never asked.
 func TestLoopbackCredentials(t *testing.T) {
 	s := newSimEC2(t, nil)
-	ctx := testCtx(t)
 	var imdsCalls atomic.Int32
 	imdsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		imdsCalls.Add(1)
@@ -845,12 +844,7 @@ func TestLoopbackCredentials(t *testing.T) {
 	simKeys := credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")
 	zones := func(endpoint string, fallback aws.CredentialsProvider) error {
 		t.Helper()
-		p, err := Open(ctx, Config{Region: "us-east-1", Endpoint: endpoint, LoopbackCredentials: fallback}, "c", "m")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Zones(ctx)
-		return err
+		return zonesWith(t, Config{Region: "us-east-1", Endpoint: endpoint, LoopbackCredentials: fallback})
 	}
 	if err := zones(s.endpoint, simKeys); err != nil {
 		t.Errorf("loopback endpoint, empty chain: %v", err)
@@ -885,26 +879,16 @@ func TestLoopbackCredentials(t *testing.T) {
 // AWS_CA_BUNDLE (or ca_bundle in ~/.aws/config) makes the SDK build its own
 // HTTP client: an endpoint served with a certificate of that bundle works.
 func TestCABundle(t *testing.T) {
-	cloud, err := sim.Open(sim.Config{Zones: sim.ZoneConfigs(testZones...)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cloud.Close()
-	srv := httptest.NewTLSServer(sim.NewServer(cloud))
+	srv := httptest.NewTLSServer(sim.NewServer(newSimEC2(t, nil).cloud))
 	defer srv.Close()
 	bundle := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
 	creds := credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")
 	zones := func() error {
-		p, err := Open(ctx, Config{Region: "us-east-1", Endpoint: srv.URL, Credentials: creds}, "c", "m")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Zones(ctx)
-		return err
+		t.Helper()
+		return zonesWith(t, Config{Region: "us-east-1", Endpoint: srv.URL, Credentials: creds})
 	}
 	if err := zones(); err == nil {
 		t.Error("a TLS endpoint with an unknown certificate: got no error")
@@ -958,4 +942,16 @@ func TestOwnForgotten(t *testing.T) {
 	if got := own(); !slices.Equal(got, want) {
 		t.Errorf("after an hour: own %v, want the live ones %v", got, want)
 	}
+}
+
+// zonesWith opens a provider with cfg and returns the error of its Zones.
+func zonesWith(t *testing.T, cfg Config) error {
+	t.Helper()
+	ctx := testCtx(t)
+	p, err := Open(ctx, cfg, "c", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Zones(ctx)
+	return err
 }
