@@ -39,6 +39,11 @@ type ChangeSet struct {
 	Machines []string // ids of machines added, changed or removed, sorted, no repeats
 	Model    bool     // the model's settings or config changed
 	Events   bool     // events were appended
+	// Resync is set when the watcher resumed from a revision whose
+	// change-log entries were trimmed (S10): Machines then holds every
+	// machine of the model, and a machine removed in the gap is simply
+	// missing from it, so the consumer reconciles in full.
+	Resync bool
 }
 
 // Watcher delivers ChangeSets until it is closed or its context ends. The
@@ -112,6 +117,19 @@ type EventStore interface {
 	AppendEvents(ctx context.Context, es []Event) error
 	// Events returns a model's events in Seq order.
 	Events(ctx context.Context, modelUUID string, f EventFilter) ([]Event, error)
+	// Trim deletes a model's events and change-log entries older than
+	// retention (S10). A watcher that has not read past the trimmed
+	// entries gets a full resync instead of a gap. ENotFound for an
+	// unknown model, EInvalid for a retention of zero or less. Safe for
+	// concurrent use.
+	Trim(ctx context.Context, modelUUID string, retention time.Duration) (Trimmed, error)
+}
+
+// Trimmed says what one Trim deleted.
+type Trimmed struct {
+	Events  int   // events deleted
+	Changes int   // change-log entries deleted
+	Floor   int64 // revision up to which the model's change log is gone
 }
 
 // ChangeWatcher watches a model's change log.

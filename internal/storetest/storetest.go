@@ -51,6 +51,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WatchResume", testWatchResume},
 		{"WatchEnd", testWatchEnd},
 		{"WatchErrors", testWatchErrors},
+		{"Trim", testTrim},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"Leases", testLeases},
 		{"LeaseExpiry", testLeaseExpiry},
