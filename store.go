@@ -86,7 +86,10 @@ type MachineStore interface {
 	// UpdateMachines applies the updates in one transaction: all or none.
 	// ENotFound for a missing machine, EInvalid for a life that would move
 	// backward or a bad status.
-	UpdateMachines(ctx context.Context, modelUUID string, us []MachineUpdate) error
+	// The events, when given, are appended in the same transaction, so a
+	// watcher or reader never sees a change without its event or events
+	// out of the order of their changes (S10).
+	UpdateMachines(ctx context.Context, modelUUID string, us []MachineUpdate, events ...Event) error
 	// RecordInstances records started instances (P11) in one transaction.
 	// Each record is refused on its own (errs[i] with EConflict) if the
 	// machine is dead, already has an instance, or the nonce differs from

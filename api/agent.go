@@ -250,18 +250,20 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	}
 	u.ID = mc.ID
 	ctx := r.Context()
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
-		return err
-	}
+	// Events only for what actually changes, written with the change.
+	var es []muster.Event
 	if u.Life != nil && mc.Life != muster.LifeDead {
-		s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)}})
+		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)})
 	}
 	if u.Status != nil && *u.Status != mc.Status {
 		msg := fmt.Sprintf("machine %s %s", mc.ID, *u.Status)
 		if u.StatusMessage != nil && *u.StatusMessage != "" {
 			msg += ": " + *u.StatusMessage
 		}
-		s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg}})
+		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg})
+	}
+	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, es...); err != nil {
+		return err
 	}
 	s.hb.beat(sess)
 	mc, err = s.store.Machine(ctx, sess.modelUUID, mc.ID)
@@ -384,12 +386,12 @@ func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
 		return nil
 	}
 	u := muster.MachineUpdate{ID: mc.ID, Status: muster.Ptr(muster.StatusStarted), StatusMessage: muster.Ptr("")}
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
+	up := muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
+		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}
+	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, up); err != nil {
 		return err
 	}
 	s.logger.Info("machine up again", "model", sess.modelName, "machine", mc.ID)
-	s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
-		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}})
 	return nil
 }
 
@@ -520,10 +522,12 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		if len(us) == 0 {
 			continue
 		}
-		if err := s.store.UpdateMachines(ctx, model, us); err != nil {
+		// Each change with its event, in one transaction: a heartbeat that
+		// brings the machine up again cannot get its event in before this.
+		if err := s.store.UpdateMachines(ctx, model, us, es...); err != nil {
 			// One machine removed meanwhile fails the batch: go one by one.
-			for _, u := range us {
-				if err := s.store.UpdateMachines(ctx, model, []muster.MachineUpdate{u}); err != nil && ctx.Err() == nil {
+			for i, u := range us {
+				if err := s.store.UpdateMachines(ctx, model, []muster.MachineUpdate{u}, es[i]); err != nil && ctx.Err() == nil {
 					s.logger.Warn("heartbeat monitor: set machine down", "model", model, "machine", u.ID, "err", err)
 				}
 			}
@@ -531,6 +535,5 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		for _, e := range es {
 			s.logger.Info("machine down", "model", model, "machine", e.MachineID)
 		}
-		s.appendEvents(ctx, es)
 	}
 }

@@ -103,3 +103,44 @@ func testTrim(t *testing.T, h *harness) {
 	_, err = s.Trim(ctx, "no-such-model", time.Hour)
 	wantCode(t, "trim of an unknown model", err, muster.ENotFound)
 }
+
+// testUpdateWithEvents checks that UpdateMachines writes its events in
+// the same transaction as the change (S10): both at one revision, and
+// none when the update is refused.
+func testUpdateWithEvents(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	addMachines(t, s, m.UUID, 2)
+	r := watch(t, s, m.UUID, 0, muster.ChangeMachine, muster.ChangeEvent)
+	r.next()
+	before, err := s.Events(ctx, m.UUID, muster.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := muster.Event{ModelUUID: m.UUID, MachineID: "0", Actor: "agent/0", Kind: "started", Message: "machine 0 started"}
+	if err := s.UpdateMachines(ctx, m.UUID, []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}, ev); err != nil {
+		t.Fatalf("update with an event: %v", err)
+	}
+	rev := revision(t, s)
+	cs := r.next()
+	if cs.Revision != rev || !cs.Events || !reflect.DeepEqual(cs.Machines, []string{"0"}) {
+		t.Fatalf("change set: got %+v, want machine 0 and events at revision %d", cs, rev)
+	}
+	// A refused update writes no event.
+	bad := muster.Event{ModelUUID: m.UUID, MachineID: "9", Kind: "started"}
+	err = s.UpdateMachines(ctx, m.UUID, []muster.MachineUpdate{{ID: "1", Status: muster.Ptr(muster.StatusStarted)}, {ID: "9", Status: muster.Ptr(muster.StatusStarted)}}, bad)
+	wantCode(t, "update of a missing machine", err, muster.ENotFound)
+	err = s.UpdateMachines(ctx, m.UUID, nil, muster.Event{ModelUUID: m.UUID})
+	wantCode(t, "event without a kind", err, muster.EInvalid)
+	after, err := s.Events(ctx, m.UUID, muster.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before)+1 || after[len(after)-1].Kind != "started" || after[len(after)-1].MachineID != "0" || after[len(after)-1].Seq == 0 {
+		t.Fatalf("events: got %+v after %d before, want exactly the one started event added", after, len(before))
+	}
+	if got := machine(t, s, m.UUID, "1").Status; got != muster.StatusPending {
+		t.Fatalf("machine 1 after a refused update: got %s, want pending", got)
+	}
+}

@@ -52,6 +52,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WatchEnd", testWatchEnd},
 		{"WatchErrors", testWatchErrors},
 		{"Trim", testTrim},
+		{"UpdateWithEvents", testUpdateWithEvents},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"Leases", testLeases},
 		{"LeaseExpiry", testLeaseExpiry},
