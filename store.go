@@ -21,6 +21,10 @@ type EventFilter struct {
 	MachineID string
 	AfterSeq  int64 // only events with Seq > AfterSeq
 	Limit     int   // at most this many, newest last; 0 = no limit
+	// Page, when not 0, reads at most this many events after AfterSeq,
+	// oldest first: a page of the log, for readers that go through it with
+	// bounded memory. Not together with Limit.
+	Page int
 }
 
 // ChangeKind names what a change log entry is about.

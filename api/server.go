@@ -73,6 +73,7 @@ type Server struct {
 	sessions sync.Map // token hash → *agentSession
 	hb       *heartbeats
 	dash     *dashboard
+	streams  streamCounts
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -222,6 +223,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // principal is who made a request.
 type principal struct {
+	key       string // who, for per-session limits: "admin", "dashboard:<session>", "agent:<model>/<machine>"
 	admin     bool
 	dashboard bool   // a browser signed in to the dashboard (read-only)
 	session   string // the dashboard's session cookie, to check it again later
@@ -251,15 +253,16 @@ func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 	tok, ok := auth.BearerToken(r)
 	if !ok {
 		if sess, ok := s.dashboardSession(r); cookie && ok {
-			return principal{dashboard: true, session: sess}, nil
+			return principal{key: "dashboard:" + sess, dashboard: true, session: sess}, nil
 		}
 		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
 	}
 	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
-		return principal{admin: true}, nil
+		return principal{key: "admin", admin: true}, nil
 	}
 	if v, ok := s.sessions.Load(muster.HashSecret(tok)); ok {
-		return principal{agent: v.(*agentSession)}, nil
+		a := v.(*agentSession)
+		return principal{key: "agent:" + a.modelUUID + "/" + a.machineID, agent: a}, nil
 	}
 	return principal{}, muster.Errorf(muster.EUnauthorized, "invalid token")
 }

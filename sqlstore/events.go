@@ -94,6 +94,9 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 	if f.Limit < 0 {
 		return nil, muster.Errorf(muster.EInvalid, "bad event limit %d: want zero or more", f.Limit)
 	}
+	if f.Page < 0 || (f.Page > 0 && f.Limit > 0) {
+		return nil, muster.Errorf(muster.EInvalid, "bad event page %d: want zero or more, and no limit with it", f.Page)
+	}
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -106,10 +109,14 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 		q += ` AND machine_id = ?`
 		args = append(args, f.MachineID)
 	}
-	if f.Limit > 0 {
+	switch {
+	case f.Limit > 0:
 		q += ` ORDER BY seq DESC LIMIT ?`
 		args = append(args, f.Limit)
-	} else {
+	case f.Page > 0:
+		q += ` ORDER BY seq LIMIT ?`
+		args = append(args, f.Page)
+	default:
 		q += ` ORDER BY seq`
 	}
 	rows, err := s.query(ctx, (q), args...)
