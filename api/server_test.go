@@ -538,6 +538,19 @@ func TestApply(t *testing.T) {
 	if got := len(h.machines(t)); got != 4 {
 		t.Errorf("after a bad apply: got %d machines, want 4", got)
 	}
+	// The cap is per request (S7): groups each within it, together over it.
+	var big api.ApplyRequest
+	for _, name := range []string{"g1", "g2", "g3"} {
+		big.Groups = append(big.Groups, api.FleetGroup{Name: name, Count: api.MaxAddMachines / 2})
+	}
+	_, err = h.admin.Apply(ctx, "default", big)
+	wantCode(t, err, muster.EInvalid)
+	if err == nil || !strings.Contains(err.Error(), "too many machines in one apply") {
+		t.Errorf("over-cap apply: got %v, want it to say why", err)
+	}
+	if got := len(h.machines(t)); got != 4 {
+		t.Errorf("after an over-cap apply: got %d machines, want 4", got)
+	}
 }
 
 func TestSimProxy(t *testing.T) {
