@@ -45,6 +45,13 @@ type Config struct {
 	// password after a restart: the cloud hands back the instance the
 	// first call made rather than launching a second one.
 	PasswordKey []byte
+	// Idle, when set, is called by the provisioner's loop each time it is
+	// about to wait with no pool job queued or running and no worker
+	// result pending, with the revision of the last change set it
+	// handled: until the next change, timer or clock step nothing
+	// happens. It runs on the loop goroutine and must not block. Tests use
+	// it to prove that something did not happen; nil in production.
+	Idle func(rev int64)
 }
 
 // Observer receives metric events. Methods are called from several

@@ -26,9 +26,8 @@ type Provisioner struct {
 	log       *slog.Logger
 	obs       Observer
 	lim       *limiter
-	zones     *zoneTable
 	settings  atomic.Pointer[muster.Settings] // read by workers
-	withZones atomic.Bool                     // the provider has zones (Z5)
+	zoneView  atomic.Pointer[[]ZoneInfo]      // the zone table as Zones reports it
 
 	rndMu sync.Mutex
 	rnd   *rand.Rand
@@ -43,7 +42,14 @@ type Provisioner struct {
 	w *writer // batches records and events (E4)
 
 	// Owned by the loop.
+	zones        *zoneTable
+	withZones    bool // the provider has zones (Z5)
 	pool         *pool
+	busy         int                     // pool jobs submitted and not yet done
+	rev          int64                   // revision of the last change set handled
+	waiting      map[*startJob]time.Time // starts waiting out a retry delay → when it ends
+	delayTimer   muster.Timer
+	delayNext    time.Time // when delayTimer fires
 	harvest      muster.HarvestMode
 	firstDone    bool
 	state        map[string]*mstate
@@ -119,6 +125,7 @@ func New(cfg Config) (*Provisioner, error) {
 		stoppingInst: map[string]bool{},
 		retryAt:      map[string]retryEntry{},
 		young:        map[string]time.Time{},
+		waiting:      map[*startJob]time.Time{},
 		groups:       map[string]bool{},
 		binCache:     map[string]binariesEntry{},
 	}
@@ -150,8 +157,14 @@ func (p *Provisioner) jitter(d time.Duration) time.Duration {
 	return d + time.Duration(p.rnd.Int64N(int64(d)/5+1))
 }
 
-// Zones returns the zone table (Z1). It is safe for concurrent use.
-func (p *Provisioner) Zones() []ZoneInfo { return p.zones.snapshot() }
+// Zones returns the zone table (Z1) as of the loop's last step. It is safe
+// for concurrent use.
+func (p *Provisioner) Zones() []ZoneInfo {
+	if v := p.zoneView.Load(); v != nil {
+		return append([]ZoneInfo(nil), (*v)...)
+	}
+	return nil
+}
 
 // Settings returns the settings in force.
 func (p *Provisioner) Settings() muster.Settings { return *p.settings.Load() }
@@ -202,7 +215,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 		cancel()
 		p.pool.close()
 		p.w.wait()
-		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer} {
+		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer, p.delayTimer} {
 			if t != nil {
 				t.Stop()
 			}
@@ -227,6 +240,12 @@ func timerC(t muster.Timer) <-chan time.Time {
 
 func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 	for {
+		// The zone table is the loop's; readers get a copy of each step's.
+		zs := p.zones.snapshot()
+		p.zoneView.Store(&zs)
+		if p.cfg.Idle != nil && p.busy == 0 && len(p.results) == 0 {
+			p.cfg.Idle(p.rev)
+		}
 		var err error
 		select {
 		case <-ctx.Done():
@@ -239,6 +258,7 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 				return fmt.Errorf("watch model %s: %w", p.cfg.Model.Name, w.Err())
 			}
 			err = p.handleChanges(ctx, cs)
+			p.rev = cs.Revision
 		case err := <-p.fatal:
 			return err
 		case r := <-p.results:
@@ -247,6 +267,14 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 				err = p.handleStartResult(ctx, r)
 			case stopResult:
 				p.handleStopResult(r)
+			case prepared:
+				p.handlePrepared(r)
+			case attemptFailed:
+				p.handleAttemptFailed(r)
+			case retryNoted:
+				p.handleRetryNoted(r)
+			case jobDone:
+				p.busy--
 			}
 		case <-timerC(p.resync):
 			err = p.fullPass(ctx)
@@ -256,11 +284,28 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 		case <-timerC(p.youngTimer):
 			p.youngTimer = nil
 			p.harvestMatured()
+		case <-timerC(p.delayTimer):
+			p.delayTimer = nil
+			p.delayNext = time.Time{}
+			p.delaysOver()
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// jobDone is what every pool job sends last, so that the loop knows how
+// many are still queued or running (Config.Idle).
+type jobDone struct{}
+
+// submit queues a job on the pool; called by the loop only.
+func (p *Provisioner) submit(job func(ctx context.Context)) {
+	p.busy++
+	p.pool.submit(func(ctx context.Context) {
+		defer p.send(ctx, jobDone{})
+		job(ctx)
+	})
 }
 
 // send hands a worker's result to the loop, or drops it on shutdown.
@@ -654,7 +699,7 @@ func (p *Provisioner) refreshZones(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list zones: %w", err)
 	}
-	p.withZones.Store(len(zs) > 0)
+	p.withZones = len(zs) > 0
 	for _, z := range p.zones.refresh(zs) {
 		p.log.Warn("zone unavailable but kept for its machines", "zone", z)
 	}
@@ -697,6 +742,11 @@ func (p *Provisioner) process(ctx context.Context, ms []muster.Machine, stops ma
 		st.deferred = true
 		if st.job != nil {
 			st.job.markDead()
+			// A start waiting out a retry delay ends now (P13).
+			if _, ok := p.waiting[st.job]; ok {
+				delete(p.waiting, st.job)
+				p.attempt(st.job)
+			}
 		}
 		p.log.Info("machine dead while starting; stop deferred", "machine", id)
 	}
@@ -783,7 +833,7 @@ func (p *Provisioner) handleDead(dead []muster.Machine, extra map[string]string)
 	for _, m := range dead {
 		p.stateOf(m.ID).stopping = true
 	}
-	p.pool.submit(func(ctx context.Context) { p.runStop(ctx, j) })
+	p.submit(func(ctx context.Context) { p.runStop(ctx, j) })
 }
 
 func (p *Provisioner) handleStopResult(r stopResult) {
