@@ -503,48 +503,11 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	}
 
 	// C2 and C3.
-	var (
-		adopt    []muster.InstanceRecord
-		adoptIdx []int
-		stops    = map[string]string{}
-	)
-	for i, m := range ms {
-		f := p.flagsOf(m.ID)
-		if f.starting || f.stopping || f.deferred || m.Life == muster.LifeDead {
-			continue
-		}
-		var tagged []muster.Instance
-		for id := range p.byMachine[m.ID] {
-			if !p.stoppingInst[id] && !p.released[id] {
-				tagged = append(tagged, p.view[id].inst)
-			}
-		}
-		if len(tagged) == 0 {
-			continue
-		}
-		keep := m.InstanceID()
-		if keep == "" && m.Life == muster.LifeAlive && m.LaunchToken != "" {
-			// Only the instance of the machine's current launch token has
-			// the credentials stored for it (C1, C2).
-			for _, k := range tagged {
-				if k.LaunchToken != m.LaunchToken {
-					continue
-				}
-				keep = k.ID
-				adopt = append(adopt, muster.InstanceRecord{MachineID: m.ID, Nonce: m.Nonce, Info: muster.InstanceInfo{
-					InstanceID: k.ID, Zone: k.Zone, Hardware: muster.Hardware{AvailabilityZone: k.Zone},
-				}})
-				adoptIdx = append(adoptIdx, i)
-				break
-			}
-		}
-		// Every other instance of the machine is a duplicate (C3), or one
-		// launched by an earlier attempt whose credentials are gone.
-		for _, inst := range tagged {
-			if inst.ID != keep && !recorded[inst.ID] {
-				stops[inst.ID] = "duplicate"
-			}
-		}
+	plan := planAdoption(ms, p.flagsOf, p.taggedInstances, recorded)
+	adopt, stops := plan.Adopt, plan.Stop
+	index := make(map[string]int, len(ms))
+	for i := range ms {
+		index[ms[i].ID] = i
 	}
 	if len(adopt) > 0 {
 		errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, adopt)
@@ -558,7 +521,7 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 				delete(stops, r.Info.InstanceID)
 				continue
 			}
-			m := &ms[adoptIdx[i]]
+			m := &ms[index[r.MachineID]]
 			info := r.Info
 			m.Instance = &info
 			m.InstanceStatus = muster.InstanceRunning
@@ -675,6 +638,17 @@ func (p *Provisioner) viewRemove(id string) {
 			delete(p.byMachine, e.inst.MachineID)
 		}
 	}
+}
+
+// taggedInstances returns the listed instances tagged with a machine id
+// that are neither being stopped nor released, by id.
+func (p *Provisioner) taggedInstances(machineID string) []muster.Instance {
+	ids := p.taggedWith(machineID)
+	out := make([]muster.Instance, len(ids))
+	for i, id := range ids {
+		out[i] = p.view[id].inst
+	}
+	return out
 }
 
 func (p *Provisioner) taggedWith(machineID string) []string {
