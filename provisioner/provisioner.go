@@ -238,31 +238,104 @@ func timerC(t muster.Timer) <-chan time.Time {
 	return t.C()
 }
 
+// wake is what woke the loop.
+type wake int
+
+const (
+	wakeNone wake = iota // nothing was ready (non-blocking receive only)
+	wakeDone
+	wakeChanges
+	wakeFatal
+	wakeResult
+	wakeResync
+	wakeRetry
+	wakeYoung
+	wakeDelay
+)
+
+// received is one thing the loop received.
+type received struct {
+	wake wake
+	cs   muster.ChangeSet
+	ok   bool // the watcher's channel was open
+	err  error
+	r    any
+}
+
+// receive takes the next thing for the loop to do; without block it
+// returns wakeNone at once when nothing is ready.
+func (p *Provisioner) receive(ctx context.Context, w muster.Watcher, block bool) received {
+	if !block {
+		select {
+		case <-ctx.Done():
+			return received{wake: wakeDone}
+		case cs, ok := <-w.Changes():
+			return received{wake: wakeChanges, cs: cs, ok: ok}
+		case err := <-p.fatal:
+			return received{wake: wakeFatal, err: err}
+		case r := <-p.results:
+			return received{wake: wakeResult, r: r}
+		case <-timerC(p.resync):
+			return received{wake: wakeResync}
+		case <-timerC(p.retryTimer):
+			return received{wake: wakeRetry}
+		case <-timerC(p.youngTimer):
+			return received{wake: wakeYoung}
+		case <-timerC(p.delayTimer):
+			return received{wake: wakeDelay}
+		default:
+			return received{wake: wakeNone}
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return received{wake: wakeDone}
+	case cs, ok := <-w.Changes():
+		return received{wake: wakeChanges, cs: cs, ok: ok}
+	case err := <-p.fatal:
+		return received{wake: wakeFatal, err: err}
+	case r := <-p.results:
+		return received{wake: wakeResult, r: r}
+	case <-timerC(p.resync):
+		return received{wake: wakeResync}
+	case <-timerC(p.retryTimer):
+		return received{wake: wakeRetry}
+	case <-timerC(p.youngTimer):
+		return received{wake: wakeYoung}
+	case <-timerC(p.delayTimer):
+		return received{wake: wakeDelay}
+	}
+}
+
 func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 	for {
 		// The zone table is the loop's; readers get a copy of each step's.
 		zs := p.zones.snapshot()
 		p.zoneView.Store(&zs)
-		if p.cfg.Idle != nil && p.busy == 0 && len(p.results) == 0 {
-			p.cfg.Idle(p.rev)
+		in := p.receive(ctx, w, p.cfg.Idle == nil)
+		if in.wake == wakeNone {
+			// Nothing is ready: the loop has handled everything up to
+			// p.rev and waits for a change, a timer or its p.busy jobs.
+			p.cfg.Idle(p.rev, p.busy)
+			in = p.receive(ctx, w, true)
 		}
 		var err error
-		select {
-		case <-ctx.Done():
+		switch in.wake {
+		case wakeDone:
 			return nil
-		case cs, ok := <-w.Changes():
-			if !ok {
+		case wakeChanges:
+			if !in.ok {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("watch model %s: %w", p.cfg.Model.Name, w.Err())
 			}
-			err = p.handleChanges(ctx, cs)
-			p.rev = cs.Revision
-		case err := <-p.fatal:
-			return err
-		case r := <-p.results:
-			switch r := r.(type) {
+			err = p.handleChanges(ctx, in.cs)
+			p.rev = in.cs.Revision
+		case wakeFatal:
+			return in.err
+		case wakeResult:
+			switch r := in.r.(type) {
 			case startResult:
 				err = p.handleStartResult(ctx, r)
 			case stopResult:
@@ -276,15 +349,15 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 			case jobDone:
 				p.busy--
 			}
-		case <-timerC(p.resync):
+		case wakeResync:
 			err = p.fullPass(ctx)
-		case <-timerC(p.retryTimer):
+		case wakeRetry:
 			p.retryTimer = nil
 			err = p.autoRetry(ctx)
-		case <-timerC(p.youngTimer):
+		case wakeYoung:
 			p.youngTimer = nil
 			p.harvestMatured()
-		case <-timerC(p.delayTimer):
+		case wakeDelay:
 			p.delayTimer = nil
 			p.delayNext = time.Time{}
 			p.delaysOver()
