@@ -35,6 +35,9 @@ type recProvider struct {
 	afterStart  func(ctx context.Context, sp muster.StartParams, r muster.StartResult, err error) (muster.StartResult, error)
 	beforeStop  func(ctx context.Context, ids []string) error
 	listState   string // when set, every listed instance reports this state
+	// extraList, when set, adds instances to every listing: a provider
+	// that does not filter by tags itself (H7 is then the engine's job).
+	extraList func(ctx context.Context) ([]muster.Instance, error)
 }
 
 var (
@@ -75,9 +78,14 @@ func (r *recProvider) StopInstances(ctx context.Context, ids ...string) error {
 func (r *recProvider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	r.mu.Lock()
 	r.lists++
-	state := r.listState
+	state, extra := r.listState, r.extraList
 	r.mu.Unlock()
 	insts, err := r.p.Instances(ctx)
+	if err == nil && extra != nil {
+		var more []muster.Instance
+		more, err = extra(ctx)
+		insts = append(insts, more...)
+	}
 	if state != "" {
 		for i := range insts {
 			insts[i].State = state
