@@ -534,8 +534,47 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 			recorded[id] = true
 		}
 	}
-	// Machines that are gone are forgotten; the zone table is rebuilt from
-	// the instances (Z1), keeping the zones planned for starting machines.
+	p.rebuildZones(ms, known)
+
+	// C2 and C3.
+	plan := planAdoption(ms, p.flagsOf, p.taggedInstances, recorded)
+	stops := plan.Stop
+	if err := p.applyAdoption(ctx, ms, plan, recorded); err != nil {
+		return err
+	}
+
+	// H2, H5, H6.
+	if p.harvest.Unknown() {
+		in := make([]unknownInput, 0, len(p.view))
+		for _, e := range p.view {
+			in = append(in, unknownInput{Inst: e.inst, Seen: e.seen})
+		}
+		old, young := findUnknown(in,
+			func(inst muster.Instance) bool { return recorded[inst.ID] || known[inst.MachineID] != nil },
+			func(inst muster.Instance) bool { return p.released[inst.ID] || p.stoppingInst[inst.ID] },
+			now, s.HarvestMinAge)
+		for _, id := range old {
+			stops[id] = "unknown"
+		}
+		p.young = young
+		p.armYoung()
+	} else {
+		p.young = map[string]time.Time{}
+		p.armYoung()
+	}
+	wasFirst := !p.firstDone
+	err = p.process(ctx, ms, stops, known)
+	p.firstDone = true
+	if wasFirst {
+		p.log.Info("first pass done", "machines", len(ms), "instances", len(p.view))
+	}
+	return err
+}
+
+// rebuildZones forgets the machines that are gone and rebuilds the zone
+// table from the machines and the listed instances (Z1), keeping the zones
+// planned for starting machines.
+func (p *Provisioner) rebuildZones(ms []muster.Machine, known map[string]*muster.Machine) {
 	for id := range p.state {
 		if known[id] == nil {
 			p.forget(id)
@@ -575,63 +614,42 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 		p.zones.set(m.ID, zone)
 	}
 
-	// C2 and C3.
-	plan := planAdoption(ms, p.flagsOf, p.taggedInstances, recorded)
+}
+
+// applyAdoption records the instances plan adopts (C2) in one transaction
+// and updates ms, recorded and the zone table to match. An instance whose
+// record is refused is not adopted, and not stopped either.
+func (p *Provisioner) applyAdoption(ctx context.Context, ms []muster.Machine, plan adoptionPlan, recorded map[string]bool) error {
 	adopt, stops := plan.Adopt, plan.Stop
+	if len(adopt) == 0 {
+		return nil
+	}
 	index := make(map[string]int, len(ms))
 	for i := range ms {
 		index[ms[i].ID] = i
 	}
-	if len(adopt) > 0 {
-		errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, adopt)
-		if err != nil {
-			return fmt.Errorf("record adopted instances: %w", err)
-		}
-		var evs []muster.Event
-		for i, r := range adopt {
-			if errs != nil && errs[i] != nil {
-				p.log.Warn("instance not adopted", "machine", r.MachineID, "instance", r.Info.InstanceID, "err", errs[i])
-				delete(stops, r.Info.InstanceID)
-				continue
-			}
-			m := &ms[index[r.MachineID]]
-			info := r.Info
-			m.Instance = &info
-			m.InstanceStatus = muster.InstanceRunning
-			recorded[info.InstanceID] = true
-			p.zones.set(m.ID, info.Zone)
-			evs = append(evs, p.newEvent(m.ID, "adopt", "instance "+info.InstanceID+" adopted"))
-			p.log.Info("instance adopted", "machine", m.ID, "instance", info.InstanceID, "zone", info.Zone)
-		}
-		p.appendEvents(ctx, evs...)
+	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, adopt)
+	if err != nil {
+		return fmt.Errorf("record adopted instances: %w", err)
 	}
-
-	// H2, H5, H6.
-	if p.harvest.Unknown() {
-		in := make([]unknownInput, 0, len(p.view))
-		for _, e := range p.view {
-			in = append(in, unknownInput{Inst: e.inst, Seen: e.seen})
+	var evs []muster.Event
+	for i, r := range adopt {
+		if errs != nil && errs[i] != nil {
+			p.log.Warn("instance not adopted", "machine", r.MachineID, "instance", r.Info.InstanceID, "err", errs[i])
+			delete(stops, r.Info.InstanceID)
+			continue
 		}
-		old, young := findUnknown(in,
-			func(inst muster.Instance) bool { return recorded[inst.ID] || known[inst.MachineID] != nil },
-			func(inst muster.Instance) bool { return p.released[inst.ID] || p.stoppingInst[inst.ID] },
-			now, s.HarvestMinAge)
-		for _, id := range old {
-			stops[id] = "unknown"
-		}
-		p.young = young
-		p.armYoung()
-	} else {
-		p.young = map[string]time.Time{}
-		p.armYoung()
+		m := &ms[index[r.MachineID]]
+		info := r.Info
+		m.Instance = &info
+		m.InstanceStatus = muster.InstanceRunning
+		recorded[info.InstanceID] = true
+		p.zones.set(m.ID, info.Zone)
+		evs = append(evs, p.newEvent(m.ID, "adopt", "instance "+info.InstanceID+" adopted"))
+		p.log.Info("instance adopted", "machine", m.ID, "instance", info.InstanceID, "zone", info.Zone)
 	}
-	wasFirst := !p.firstDone
-	err = p.process(ctx, ms, stops, known)
-	p.firstDone = true
-	if wasFirst {
-		p.log.Info("first pass done", "machines", len(ms), "instances", len(p.view))
-	}
-	return err
+	p.appendEvents(ctx, evs...)
+	return nil
 }
 
 // gone reports whether a listed instance is on its way out. A "stopped"
