@@ -2,6 +2,8 @@ package provisioner_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -167,5 +169,38 @@ func TestH7_EngineFiltersForeignTags(t *testing.T) {
 	}
 	if got, want := h.prov.stopCalls(), [][]string{{own}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("got stop calls %v, want %v (machine 0's own instance only)", got, want)
+	}
+}
+
+// TestZ4_StartsInFlightSpread: machines whose starts are all in flight at
+// once (none recorded yet) still spread evenly, because the loop counts a
+// machine in its zone the moment it chooses it (Z4).
+func TestZ4_StartsInFlightSpread(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withSettings(func(s *muster.Settings) { s.BatchStarts = false }))
+	release := make(chan struct{})
+	h.prov.setHooks(func(r *recProvider) {
+		r.beforeStart = func(ctx context.Context, _ muster.StartParams) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	h.start()
+	h.add(6, muster.MachineTemplate{})
+	h.waitFor("6 starts in flight", func() bool { return len(h.prov.startCalls()) == 6 })
+	perZone := map[string]int{}
+	for _, z := range zonesOf(h.prov.startCalls()) {
+		perZone[z]++
+	}
+	if want := map[string]int{"a": 2, "b": 2, "c": 2}; !maps.Equal(perZone, want) {
+		t.Errorf("got starts per zone %v, want %v", perZone, want)
+	}
+	close(release)
+	for i := 0; i < 6; i++ {
+		h.waitFor(fmt.Sprintf("machine %d running", i), h.running(fmt.Sprint(i)))
 	}
 }
