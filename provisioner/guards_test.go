@@ -204,3 +204,30 @@ func TestZ4_StartsInFlightSpread(t *testing.T) {
 		h.waitFor(fmt.Sprintf("machine %d running", i), h.running(fmt.Sprint(i)))
 	}
 }
+
+// TestP13_DeadDuringRetryDelay: a machine that dies while its start waits
+// out a retry delay is removed at once, without waiting for the delay or
+// trying to start it again (P13).
+func TestP13_DeadDuringRetryDelay(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withZones("a"), withSettings(func(s *muster.Settings) {
+		s.RetryCount = 3
+		s.RetryDelay = time.Minute
+	}))
+	h.prov.setHooks(func(r *recProvider) {
+		r.beforeStart = func(context.Context, muster.StartParams) error {
+			return muster.NewProviderError(muster.ErrUnavailable, "", "cloud api down")
+		}
+	})
+	h.start()
+	h.add(1, muster.MachineTemplate{})
+	h.waitFor("machine 0 waiting to retry", func() bool { return strings.Contains(h.machine("0").InstanceMessage, "retrying in") })
+	h.makeDead("0")
+	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
+	if got := len(h.prov.startCalls()); got != 1 {
+		t.Errorf("got %d StartInstance calls, want 1 (none after the machine died)", got)
+	}
+	if got := h.prov.stopCalls(); len(got) != 0 {
+		t.Errorf("got stop calls %v, want none (nothing was started)", got)
+	}
+}
