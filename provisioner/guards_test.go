@@ -14,54 +14,68 @@ import (
 )
 
 // TestRetryDelayLeavesThePoolFree: with one worker, a start waiting out
-// its retry delay (P10.7) holds no worker: a harvest stop and another
-// machine's start go ahead before the fake clock moves, and the waiting
-// start is made again once the delay has passed.
+// its retry delay (P10.7), or the short delay after a throttled call (E2),
+// holds no worker: a harvest stop and another machine's start go ahead
+// before the fake clock moves, and the waiting start is made again once
+// the delay has passed.
 func TestRetryDelayLeavesThePoolFree(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withZones("a"), withSettings(func(s *muster.Settings) {
-		s.NumProvisionWorkers = 1
-		s.RetryCount = 3
-		s.RetryDelay = 10 * time.Second
-	}))
-	h.start()
-	h.add(1, muster.MachineTemplate{}) // machine 0, stopped later
-	h.waitFor("machine 0 running", h.running("0"))
-	inst0 := h.machine("0").InstanceID()
+	for _, tc := range []struct {
+		name    string
+		kind    muster.ProviderErrorKind
+		waiting func(m muster.Machine) bool // the start waits to be made again
+	}{
+		{"retry delay", muster.ErrUnavailable, func(m muster.Machine) bool { return strings.Contains(m.InstanceMessage, "retrying in") }},
+		{"throttled", muster.ErrThrottled, func(muster.Machine) bool { return true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, withZones("a"), withSettings(func(s *muster.Settings) {
+				s.NumProvisionWorkers = 1
+				s.RetryCount = 3
+				s.RetryDelay = 10 * time.Second
+			}))
+			h.start()
+			h.add(1, muster.MachineTemplate{}) // machine 0, stopped later
+			h.waitFor("machine 0 running", h.running("0"))
+			inst0 := h.machine("0").InstanceID()
 
-	h.prov.setHooks(func(r *recProvider) {
-		r.beforeStart = func(_ context.Context, sp muster.StartParams) error {
-			if sp.MachineID == "1" {
-				return muster.NewProviderError(muster.ErrUnavailable, "", "cloud api down")
+			h.prov.setHooks(func(r *recProvider) {
+				r.beforeStart = func(_ context.Context, sp muster.StartParams) error {
+					if sp.MachineID == "1" {
+						return muster.NewProviderError(tc.kind, "", "cloud api says no")
+					}
+					return nil
+				}
+			})
+			h.add(1, muster.MachineTemplate{}) // machine 1: fails, waits to be made again
+			h.waitFor("machine 1 waiting", func() bool {
+				return len(startsFor(h.prov.startCalls(), "1")) == 1 && tc.waiting(h.machine("1"))
+			})
+			// Idle with no job out: the waiting start holds no worker.
+			h.quiesce()
+
+			h.makeDead("0")
+			h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
+			if _, ok := h.cloudInstances()[inst0]; ok {
+				t.Errorf("instance %s of dead machine 0 still runs while machine 1 waits", inst0)
 			}
-			return nil
-		}
-	})
-	h.add(1, muster.MachineTemplate{}) // machine 1: fails, waits to retry
-	h.waitFor("machine 1 waiting to retry", func() bool { return strings.Contains(h.machine("1").InstanceMessage, "retrying in") })
-	// Idle with no job out: the waiting start holds no worker.
-	h.quiesce()
+			h.add(1, muster.MachineTemplate{}) // machine 2
+			h.waitFor("machine 2 running", h.running("2"))
+			h.quiesce()
+			if got := len(startsFor(h.prov.startCalls(), "1")); got != 1 {
+				t.Fatalf("got %d StartInstance calls for machine 1 before its delay passed, want 1", got)
+			}
 
-	h.makeDead("0")
-	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
-	if _, ok := h.cloudInstances()[inst0]; ok {
-		t.Errorf("instance %s of dead machine 0 still runs while machine 1 waits to retry", inst0)
-	}
-	h.add(1, muster.MachineTemplate{}) // machine 2
-	h.waitFor("machine 2 running", h.running("2"))
-	h.quiesce()
-	if got := len(startsFor(h.prov.startCalls(), "1")); got != 1 {
-		t.Fatalf("got %d StartInstance calls for machine 1 before its retry delay passed, want 1", got)
-	}
-
-	h.prov.setHooks(func(r *recProvider) { r.beforeStart = nil })
-	h.clock.Advance(h.model.Settings.RetryDelay * 2) // more than the delay with its jitter
-	h.waitFor("machine 1 running", h.running("1"))
-	if got := len(startsFor(h.prov.startCalls(), "1")); got != 2 {
-		t.Errorf("got %d StartInstance calls for machine 1, want 2", got)
-	}
-	if m := h.machine("1"); m.InstanceMessage != "" {
-		t.Errorf("got instance message %q on a running machine, want none (P12)", m.InstanceMessage)
+			h.prov.setHooks(func(r *recProvider) { r.beforeStart = nil })
+			h.clock.Advance(h.model.Settings.RetryDelay * 2) // more than the delay with its jitter
+			h.waitFor("machine 1 running", h.running("1"))
+			if got := len(startsFor(h.prov.startCalls(), "1")); got != 2 {
+				t.Errorf("got %d StartInstance calls for machine 1, want 2", got)
+			}
+			if m := h.machine("1"); m.InstanceMessage != "" {
+				t.Errorf("got instance message %q on a running machine, want none (P12)", m.InstanceMessage)
+			}
+		})
 	}
 }
 

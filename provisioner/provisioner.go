@@ -1064,37 +1064,47 @@ func (p *Provisioner) appendEvents(ctx context.Context, evs ...muster.Event) {
 // It waits a short, randomly spread delay (so that the calls throttled
 // together do not come back in lockstep) and then queues in the limiter
 // again, whose rate the throttle has cut; only a call throttled again and
-// again backs off for longer (throttleDelay).
+// again backs off for longer (throttleDelay). A start attempt does not
+// wait here but in the loop (callOnce, handleThrottled).
 func (p *Provisioner) call(ctx context.Context, kind string, fn func(ctx context.Context) error) error {
 	for n := 0; ; n++ {
-		if err := p.lim.wait(ctx); err != nil {
+		err := p.callOnce(ctx, kind, fn, n >= maxThrottleRetries)
+		if muster.ProviderErrorKindOf(err) != muster.ErrThrottled || ctx.Err() != nil || n >= maxThrottleRetries {
 			return err
 		}
-		start := p.clock.Now()
-		err := fn(ctx)
-		d := p.clock.Now().Sub(start)
-		switch {
-		case err == nil:
-			p.obs.ProviderCall(kind, "ok", d)
-			p.lim.succeeded()
-			return nil
-		case ctx.Err() != nil:
-			p.obs.ProviderCall(kind, "cancelled", d)
-			return err
-		}
-		k := muster.ProviderErrorKindOf(err)
-		p.obs.ProviderCall(kind, k.String(), d)
-		if k != muster.ErrThrottled || n >= maxThrottleRetries {
-			return err
-		}
-		p.lim.throttled()
-		r := p.lim.rateNow()
-		p.obs.Throttled(kind, r)
-		p.log.Debug("provider call throttled", "call", kind, "retry", n+1)
-		if err := p.sleep(ctx, p.spread(throttleDelay(n, r))); err != nil {
+		if err := p.sleep(ctx, p.spread(throttleDelay(n, p.lim.rateNow()))); err != nil {
 			return err
 		}
 	}
+}
+
+// callOnce makes one provider call through the rate limiter (E2) and
+// reports its outcome. A throttled call slows the limiter down, unless it
+// is the last one its caller will make (last).
+func (p *Provisioner) callOnce(ctx context.Context, kind string, fn func(ctx context.Context) error, last bool) error {
+	if err := p.lim.wait(ctx); err != nil {
+		return err
+	}
+	start := p.clock.Now()
+	err := fn(ctx)
+	d := p.clock.Now().Sub(start)
+	switch {
+	case err == nil:
+		p.obs.ProviderCall(kind, "ok", d)
+		p.lim.succeeded()
+		return nil
+	case ctx.Err() != nil:
+		p.obs.ProviderCall(kind, "cancelled", d)
+		return err
+	}
+	k := muster.ProviderErrorKindOf(err)
+	p.obs.ProviderCall(kind, k.String(), d)
+	if k == muster.ErrThrottled && !last {
+		p.lim.throttled()
+		p.obs.Throttled(kind, p.lim.rateNow())
+		p.log.Debug("provider call throttled", "call", kind)
+	}
+	return err
 }
 
 // maxThrottleRetries bounds how often one call is made again after being
