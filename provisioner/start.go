@@ -42,6 +42,8 @@ type startJob struct {
 	req          zoneRequest
 	attemptsLeft int
 	withZones    bool // set by the loop: the provider has zones (Z5)
+	throttles    int  // throttled calls in a row of the current attempt (E2)
+	again        bool // the next call repeats the last one in its zone (throttled)
 }
 
 // prepared is what a worker reports when it has built the start
@@ -409,12 +411,16 @@ func (p *Provisioner) attempt(j *startJob) {
 		p.submitFail(j, errDead(j.id))
 		return
 	}
-	zone, err := p.chooseZone(j)
-	if err != nil {
-		p.submitFail(j, err)
-		return
+	if j.again {
+		j.again = false
+	} else {
+		zone, err := p.chooseZone(j)
+		if err != nil {
+			p.submitFail(j, err)
+			return
+		}
+		j.params.Zone = zone
 	}
-	j.params.Zone = zone
 	p.submit(func(ctx context.Context) { p.runAttempt(ctx, j) })
 }
 
@@ -422,14 +428,14 @@ func (p *Provisioner) attempt(j *startJob) {
 // instance (P11, P12), or reports the failure to the loop.
 func (p *Provisioner) runAttempt(ctx context.Context, j *startJob) {
 	var res muster.StartResult
-	err := p.call(ctx, "start", func(ctx context.Context) error {
+	err := p.callOnce(ctx, "start", func(ctx context.Context) error {
 		var err error
 		res, err = p.cfg.Provider.StartInstance(ctx, j.params)
 		if err == nil && res.Instance.ID == "" {
 			err = muster.NewProviderError(muster.ErrUnavailable, "", "provider returned no instance id")
 		}
 		return err
-	})
+	}, j.throttles >= maxThrottleRetries)
 	switch {
 	case err == nil:
 		p.report(ctx, p.finish(ctx, []*startJob{j}, []muster.StartResult{res})[0])
@@ -453,12 +459,23 @@ func (p *Provisioner) handleAttemptFailed(r attemptFailed) {
 		return
 	}
 	s := p.settings.Load()
+	kind := muster.ProviderErrorKindOf(r.err)
+	if kind == muster.ErrThrottled && j.throttles < maxThrottleRetries && !j.deferred.Load() {
+		// The call is made again in the same zone after a short, spread
+		// delay, without using up an attempt (E2); the limiter has slowed
+		// down meanwhile.
+		d := p.spread(throttleDelay(j.throttles, p.lim.rateNow()))
+		j.throttles++
+		j.again = true
+		p.wait(j, d)
+		return
+	}
+	j.throttles = 0
 	if j.attemptsLeft <= 0 || j.deferred.Load() {
 		p.zones.forget(j.id)
 		p.submitFail(j, r.err)
 		return
 	}
-	kind := muster.ProviderErrorKindOf(r.err)
 	sameAttempt := false
 	if zone != "" && zoneSpecific(r.err) {
 		if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
@@ -501,11 +518,17 @@ func (p *Provisioner) handleRetryNoted(r retryNoted) {
 	if st := p.state[r.job.id]; st == nil || st.job != r.job {
 		return
 	}
-	if r.job.deferred.Load() || r.delay <= 0 {
-		p.attempt(r.job)
+	p.wait(r.job, r.delay)
+}
+
+// wait makes a start wait d in the loop before its next attempt; a machine
+// that died meanwhile ends its start at once (P13).
+func (p *Provisioner) wait(j *startJob, d time.Duration) {
+	if j.deferred.Load() || d <= 0 {
+		p.attempt(j)
 		return
 	}
-	p.waiting[r.job] = p.clock.Now().Add(r.delay)
+	p.waiting[j] = p.clock.Now().Add(d)
 	p.armDelay()
 }
 
