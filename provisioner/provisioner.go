@@ -43,6 +43,7 @@ type Provisioner struct {
 
 	// Owned by the loop.
 	zones        *zoneTable
+	zoneGen      int  // zones.gen when zoneView was taken
 	withZones    bool // the provider has zones (Z5)
 	pool         *pool
 	busy         int                     // pool jobs submitted and not yet done
@@ -309,9 +310,13 @@ func (p *Provisioner) receive(ctx context.Context, w muster.Watcher, block bool)
 
 func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 	for {
-		// The zone table is the loop's; readers get a copy of each step's.
-		zs := p.zones.snapshot()
-		p.zoneView.Store(&zs)
+		// The zone table is the loop's; readers get a copy of each step's
+		// that changed it.
+		if p.zoneGen != p.zones.gen || p.zoneView.Load() == nil {
+			p.zoneGen = p.zones.gen
+			zs := p.zones.snapshot()
+			p.zoneView.Store(&zs)
+		}
 		in := p.receive(ctx, w, p.cfg.Idle == nil)
 		if in.wake == wakeNone {
 			// Nothing is ready: the loop has handled everything up to

@@ -83,6 +83,7 @@ type zoneTable struct {
 	excluded map[string]map[string]bool // machine id → zones it may not use (P9)
 	blocked  map[string]time.Time       // zone + "|" + shape → until (Z7)
 	rnd      func(n int) int
+	gen      int // goes up whenever what snapshot returns may have changed
 }
 
 func newZoneTable(rnd func(n int) int) *zoneTable {
@@ -102,6 +103,7 @@ func newZoneTable(rnd func(n int) int) *zoneTable {
 // refresh applies Z2 to the provider's zones and returns the zones that
 // became unavailable but are kept for their machines, for a warning.
 func (t *zoneTable) refresh(zs []muster.Zone) (kept []string) {
+	t.gen++
 	listed := map[string]bool{}
 	for _, z := range zs {
 		if z.Available {
@@ -155,6 +157,7 @@ func (t *zoneTable) set(id, zone string) {
 		if old == zone {
 			return
 		}
+		t.gen++
 		t.count[old]--
 		if t.count[old] <= 0 {
 			delete(t.count, old)
@@ -163,6 +166,7 @@ func (t *zoneTable) set(id, zone string) {
 		delete(t.machine, id)
 	}
 	if zone != "" {
+		t.gen++
 		t.machine[id] = zone
 		t.count[zone]++
 		t.groupAdd(id, zone, 1)
