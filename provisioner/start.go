@@ -749,6 +749,11 @@ func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zo
 			okRes = append(okRes, outs[i].Result)
 			continue
 		}
+		if muster.ProviderErrorKindOf(outs[i].Err) == muster.ErrThrottled {
+			// call has made its throttle retries already: the failure
+			// uses up an attempt (P10), as for a single start.
+			j.throttles = maxThrottleRetries
+		}
 		p.send(ctx, attemptFailed{job: j, zone: zone, err: outs[i].Err})
 	}
 	if len(okJobs) > 0 {
