@@ -19,6 +19,7 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/auth"
+	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 )
@@ -49,7 +50,7 @@ func (o *globalOptions) configPath() (string, error) {
 
 // modelName is the model to act on: -m, MUSTER_MODEL, the config's model,
 // else "default".
-func (o *globalOptions) modelName(cc *clientConfig) string {
+func (o *globalOptions) modelName(cc *controller.ClientConfig) string {
 	if o.model != "" {
 		return o.model
 	}
@@ -69,7 +70,7 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	cc, err := loadClientConfig(path)
+	cc, err := controller.LoadClientConfig(path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -87,7 +88,7 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 // changed: the controller that answered first, then the others the store
 // has registered. Controllers no longer registered are forgotten. Any
 // failure leaves the config as it is (an older controller has no list).
-func refreshControllers(ctx context.Context, path string, cc *clientConfig, c *api.Client) {
+func refreshControllers(ctx context.Context, path string, cc *controller.ClientConfig, c *api.Client) {
 	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
 	live, err := c.Controllers(rctx)
@@ -104,9 +105,21 @@ func refreshControllers(ctx context.Context, path string, cc *clientConfig, c *a
 		return
 	}
 	cc.Controllers = urls
-	if err := cc.save(path); err != nil {
+	if err := cc.Save(path); err != nil {
 		fmt.Fprintf(os.Stderr, "warning: could not record the controllers' addresses in %s: %v\n", path, err)
 	}
+}
+
+// clientConfigPath picks the config file: the --config flag, then
+// MUSTER_CONFIG, then the default.
+func clientConfigPath(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if env := os.Getenv("MUSTER_CONFIG"); env != "" {
+		return env, nil
+	}
+	return controller.DefaultClientConfigPath()
 }
 
 // newCLIHTTPClient is the CLI's HTTP client of one controller: it trusts
@@ -127,7 +140,7 @@ func newCLIHTTPClient(caCert []byte) (*http.Client, error) {
 // dialControllers returns a client of the first of cc's controllers that
 // answers. With one controller no probe is made: the first real request
 // reports what is wrong.
-func dialControllers(ctx context.Context, cc *clientConfig) (*api.Client, error) {
+func dialControllers(ctx context.Context, cc *controller.ClientConfig) (*api.Client, error) {
 	var lastErr error
 	hc, err := newCLIHTTPClient([]byte(cc.CACert))
 	if err != nil {

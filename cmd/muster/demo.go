@@ -15,6 +15,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
 	"github.com/musterhq/muster/docker"
 	"github.com/spf13/cobra"
 )
@@ -68,22 +69,13 @@ and removes the model and its networks before the controller stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, ok := providers[provider]; !ok {
-				return usageErrorf("unknown --provider %q (known: %s)", provider, strings.Join(providerNames(), ", "))
+				return usageErrorf("unknown --provider %q (known: %s)", provider, strings.Join(controller.ProviderNames(providers), ", "))
 			}
 			return runDemo(cmd.Context(), provider, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&provider, "provider", "sim", "provider of the demo's model")
 	return cmd
-}
-
-func providerNames() []string {
-	names := make([]string, 0, len(providers))
-	for n := range providers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // runDemo is `muster demo`: it returns once ctx ends and everything it
@@ -111,18 +103,18 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	fmt.Fprintf(w, "starting a controller in %s\n", dir)
-	ctrl, err := openController(ctx, controllerConfig{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger, AgentBinary: demoAgentBinary})
+	ctrl, err := controller.Open(ctx, controller.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger, AgentBinary: demoAgentBinary, Providers: providers})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		stopCtx, cancel := context.WithTimeout(context.Background(), controller.StopTimeout)
 		defer cancel()
 		if cErr := ctrl.Close(stopCtx); cErr != nil && err == nil {
 			err = cErr
 		}
 	}()
-	cc, err := loadClientConfig(ctrl.clientPath)
+	cc, err := controller.LoadClientConfig(ctrl.ClientConfigPath())
 	if err != nil {
 		return err
 	}
@@ -206,7 +198,7 @@ In another terminal:
   muster dashboard -m %s      # a new dashboard sign-in link
 
 Press Ctrl-C to stop the controller and remove %s.
-`, ctrl.url, logPath, ctrl.clientPath, model, model, dir)
+`, ctrl.URL(), logPath, ctrl.ClientConfigPath(), model, model, dir)
 	<-ctx.Done()
 	fmt.Fprintln(w, "stopping")
 	return nil
