@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
-	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
@@ -29,15 +26,6 @@ type globalOptions struct {
 	config string // --config
 	model  string // -m/--model
 }
-
-// probeTimeout bounds the check of one controller URL when the config
-// lists several.
-const probeTimeout = 5 * time.Second
-
-// dialTimeout bounds the TCP connect and TLS handshake to one controller:
-// a controller host that is down (no refusal, no answer) sends the CLI to
-// the next controller quickly.
-const dialTimeout = 2 * time.Second
 
 // refreshTimeout bounds the request that learns the live controllers.
 const refreshTimeout = 2 * time.Second
@@ -83,6 +71,12 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 	return c, model, nil
 }
 
+// dialControllers returns a client of the first of cc's controllers that
+// answers.
+func dialControllers(ctx context.Context, cc *controller.ClientConfig) (*api.Client, error) {
+	return api.Dial(ctx, cc.Controllers, []byte(cc.CACert), cc.Token)
+}
+
 // refreshControllers learns the live controllers from the one that
 // answered and writes them to the client config at path when they
 // changed: the controller that answered first, then the others the store
@@ -120,58 +114,6 @@ func clientConfigPath(flag string) (string, error) {
 		return env, nil
 	}
 	return controller.DefaultClientConfigPath()
-}
-
-// newCLIHTTPClient is the CLI's HTTP client of one controller: it trusts
-// the controller's CA and gives up quickly on a controller that does not
-// answer the connection.
-func newCLIHTTPClient(caCert []byte) (*http.Client, error) {
-	tlsCfg, err := auth.ClientTLSConfig(caCert)
-	if err != nil {
-		return nil, &muster.Error{Code: muster.EInvalid, Message: err.Error(), Err: err}
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	tr.TLSHandshakeTimeout = dialTimeout
-	tr.TLSClientConfig = tlsCfg
-	return &http.Client{Transport: tr}, nil
-}
-
-// dialControllers returns a client of the first of cc's controllers that
-// answers. With one controller no probe is made: the first real request
-// reports what is wrong.
-func dialControllers(ctx context.Context, cc *controller.ClientConfig) (*api.Client, error) {
-	var lastErr error
-	hc, err := newCLIHTTPClient([]byte(cc.CACert))
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range cc.Controllers {
-		c, err := api.NewClient(api.ClientConfig{URL: u, CACert: []byte(cc.CACert), Token: cc.Token, HTTPClient: hc})
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if len(cc.Controllers) == 1 {
-			return c, nil
-		}
-		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		_, err = c.Models(pctx)
-		cancel()
-		if err == nil {
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		lastErr = err
-		// Only an unreachable controller sends us to the next one; any
-		// other answer (say, unauthorized) comes from a live controller.
-		if muster.ErrorCode(err) != muster.EUnavailable {
-			return c, nil
-		}
-	}
-	return nil, lastErr
 }
 
 // newTabWriter aligns table output in columns.
