@@ -81,7 +81,7 @@ and removes the model and its networks before the controller stops.`,
 // runDemo is `muster demo`: it returns once ctx ends and everything it
 // started is stopped and removed.
 func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
-	fleet, err := parseFleet(demoFleet)
+	fleet, err := api.ParseFleet(demoFleet)
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}
@@ -224,7 +224,7 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 	if err != nil {
 		return err
 	}
-	goals := map[string]waitGoal{}
+	goals := map[string]api.Goal{}
 	for id, m := range st.Machines {
 		if m.Life == string(muster.LifeAlive) && m.InstanceStatus == string(muster.InstanceRunning) {
 			goals[id] = agentStarted
@@ -291,14 +291,14 @@ func agentStarted(_ string, m api.MachineStatus, ok bool) (bool, string) {
 
 // fitFleet caps the groups' cores and mem constraints at what the docker
 // host has (a container cannot have more), telling w what it changed.
-func fitFleet(f *fleetFile, cores, memMiB uint64, w io.Writer) (*fleetFile, error) {
-	out := &fleetFile{Groups: make([]fleetGroup, len(f.Groups))}
+func fitFleet(f api.ApplyRequest, cores, memMiB uint64, w io.Writer) (api.ApplyRequest, error) {
+	out := api.ApplyRequest{Groups: make([]api.FleetGroup, len(f.Groups))}
 	copy(out.Groups, f.Groups)
 	for i := range out.Groups {
 		g := &out.Groups[i]
 		cons, err := muster.ParseConstraints(g.Constraints)
 		if err != nil {
-			return nil, fmt.Errorf("group %q: %w", g.Name, err)
+			return api.ApplyRequest{}, fmt.Errorf("group %q: %w", g.Name, err)
 		}
 		was := cons.String()
 		if cores > 0 && cons.Cores > cores {

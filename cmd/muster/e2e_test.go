@@ -804,7 +804,7 @@ func TestDemoFleetIsTheExample(t *testing.T) {
 	if !bytes.Equal(demoFleet, want) {
 		t.Fatal("cmd/muster/demo_fleet.yaml differs from examples/fleet.yaml: copy it over")
 	}
-	f, err := parseFleet(demoFleet)
+	f, err := api.ParseFleet(demoFleet)
 	if err != nil {
 		t.Fatal(err)
 	}
