@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"github.com/musterhq/muster/api"
 	"gopkg.in/yaml.v3"
 )
 
@@ -28,6 +31,29 @@ func DefaultClientConfigPath() (string, error) {
 		return "", fmt.Errorf("find the user config directory: %w", err)
 	}
 	return filepath.Join(dir, "muster", "client.yaml"), nil
+}
+
+// LearnControllers sets c's controllers to the live ones the controller
+// of client knows: client's first, then the others the store has
+// registered; controllers no longer registered are forgotten. It reports
+// whether they changed. Any failure leaves them as they are (an older
+// controller has no list).
+func (c *ClientConfig) LearnControllers(ctx context.Context, client *api.Client) bool {
+	live, err := client.Controllers(ctx)
+	if err != nil || len(live) == 0 {
+		return false
+	}
+	urls := []string{client.URL()}
+	for _, l := range live {
+		if l.URL != client.URL() {
+			urls = append(urls, l.URL)
+		}
+	}
+	if slices.Equal(urls, c.Controllers) {
+		return false
+	}
+	c.Controllers = urls
+	return true
 }
 
 // LoadClientConfig reads a client config and checks it is complete.

@@ -22,14 +22,9 @@ controller refuses its password, or keeps refusing its nonce for a minute.`,
 			if path == "" {
 				return usageErrorf("--config FILE is required")
 			}
-			var logger *slog.Logger
-			switch logFormat {
-			case "text":
-				logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			case "json":
-				logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-			default:
-				return usageErrorf("bad --log-format %q: want text or json", logFormat)
+			logger, err := newLogger(cmd.ErrOrStderr(), logFormat, slog.LevelInfo)
+			if err != nil {
+				return err
 			}
 			cfg, err := agent.LoadConfig(path)
 			if err != nil {

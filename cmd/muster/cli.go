@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,28 +76,14 @@ func dialControllers(ctx context.Context, cc *controller.ClientConfig) (*api.Cli
 	return api.Dial(ctx, cc.Controllers, []byte(cc.CACert), cc.Token)
 }
 
-// refreshControllers learns the live controllers from the one that
-// answered and writes them to the client config at path when they
-// changed: the controller that answered first, then the others the store
-// has registered. Controllers no longer registered are forgotten. Any
-// failure leaves the config as it is (an older controller has no list).
+// refreshControllers records in the client config at path the live
+// controllers c knows, when they changed.
 func refreshControllers(ctx context.Context, path string, cc *controller.ClientConfig, c *api.Client) {
 	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
-	live, err := c.Controllers(rctx)
-	if err != nil || len(live) == 0 {
+	if !cc.LearnControllers(rctx, c) {
 		return
 	}
-	urls := []string{c.URL()}
-	for _, l := range live {
-		if l.URL != c.URL() {
-			urls = append(urls, l.URL)
-		}
-	}
-	if slices.Equal(urls, cc.Controllers) {
-		return
-	}
-	cc.Controllers = urls
 	if err := cc.Save(path); err != nil {
 		fmt.Fprintf(os.Stderr, "warning: could not record the controllers' addresses in %s: %v\n", path, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func defaultDataDir() string {
 }
 
 // newLogger returns a slog logger writing to w in the given format.
-func newLogger(w *os.File, format string, level slog.Level) (*slog.Logger, error) {
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "text":

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -233,44 +232,30 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 	if len(goals) == 0 {
 		return nil
 	}
-	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, demoAgentWait)
 	defer cancel()
 	// Give up early when no agent reports at all.
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
-			if time.Since(start) < grace {
-				continue
-			}
-			st, err := c.Status(wctx, model)
-			if err != nil {
-				continue
-			}
-			n := 0
-			for _, m := range st.Machines {
-				if m.Status == string(muster.StatusStarted) {
-					n++
-				}
-			}
-			if n == 0 {
-				cancel()
-				return
-			}
+	giveUp := time.AfterFunc(grace, func() {
+		if st, err := c.Status(wctx, model); err == nil && !anyStarted(st) {
+			cancel()
 		}
-	}()
+	})
+	defer giveUp.Stop()
 	_, err = waitForShowing(wctx, c, model, goals, w, "agents starting", agentState)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		fmt.Fprintln(w, "(not every agent reported; going on)")
 		return nil
 	}
 	return err
+}
+
+func anyStarted(st api.Status) bool {
+	for _, m := range st.Machines {
+		if m.Status == string(muster.StatusStarted) {
+			return true
+		}
+	}
+	return false
 }
 
 // agentState is a machine's status for progress lines.
@@ -329,86 +314,57 @@ func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Wr
 	if err != nil {
 		return fmt.Errorf("remove demo model: %w", err)
 	}
-	ids := make([]string, 0, len(st.Machines))
+	goals := map[string]api.Goal{}
 	for id := range st.Machines {
-		ids = append(ids, id)
+		goals[id] = api.Removed
 	}
-	sort.Strings(ids)
-	if len(ids) > 0 {
-		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(ids), model)
-		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: ids, Force: true}); err != nil {
+	if len(goals) > 0 {
+		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(goals), model)
+		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: sortedIDs(goals), Force: true}); err != nil {
 			return fmt.Errorf("remove demo machines: %w", err)
 		}
 	}
 	// Wait for the provisioner to stop the instances and forget the
-	// machines.
+	// machines, and for their containers to go.
 	wctx, wcancel := context.WithTimeout(ctx, demoTeardownWait)
-	left, containers := len(ids), 0
-	for left > 0 || containers > 0 {
-		if st, err := c.Status(wctx, model); err == nil {
-			left = len(st.Machines)
+	left := len(goals)
+	// An error only ends the wait early: what is left is reported below.
+	c.Wait(wctx, model, goals, func(_ api.Status, done int, _ []string) { left = len(goals) - done })
+	containers := 0
+	pollUntil(wctx, func() bool {
+		containers = 0
+		if dk == nil {
+			return true
 		}
-		if dk != nil {
-			if lo, err := dk.Leftovers(wctx); err == nil {
-				containers = 0
-				for _, l := range lo {
-					if strings.HasPrefix(l, "container ") {
-						containers++
-					}
-				}
+		lo, err := dk.Leftovers(wctx)
+		for _, l := range lo {
+			if strings.HasPrefix(l, "container ") {
+				containers++
 			}
 		}
-		if left == 0 && containers == 0 {
-			break
-		}
-		select {
-		case <-wctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-		if wctx.Err() != nil {
-			break
-		}
-	}
+		return err == nil && containers == 0
+	})
 	wcancel()
 	if left > 0 || containers > 0 {
 		fmt.Fprintf(w, "after %s, %d machines and %d containers remain\n", demoTeardownWait, left, containers)
 	}
 	// The model goes once its machines have.
-	for {
-		err := c.RemoveModel(ctx, model)
-		if err == nil {
-			fmt.Fprintf(w, "removed model %s\n", model)
-			break
-		}
-		if muster.ErrorCode(err) != muster.EConflict || ctx.Err() != nil {
-			return fmt.Errorf("remove demo model: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+	if !pollUntil(ctx, func() bool { err = c.RemoveModel(ctx, model); return muster.ErrorCode(err) != muster.EConflict }) || err != nil {
+		return fmt.Errorf("remove demo model: %w", err)
 	}
+	fmt.Fprintf(w, "removed model %s\n", model)
 	if dk == nil {
 		return nil
 	}
 	// The controller removes the networks as it stops the model's
 	// provisioner; wait for that, then sweep what is left.
 	var lo []string
-	for {
-		if lo, err = dk.Leftovers(ctx); err != nil {
+	if pollUntil(ctx, func() bool { lo, err = dk.Leftovers(ctx); return err != nil || len(lo) == 0 }) {
+		if err != nil {
 			return fmt.Errorf("list the demo's docker objects: %w", err)
 		}
-		if len(lo) == 0 {
-			fmt.Fprintln(w, "no container, network or volume of the demo is left")
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-		if ctx.Err() != nil {
-			break
-		}
+		fmt.Fprintln(w, "no container, network or volume of the demo is left")
+		return nil
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer ccancel()
@@ -417,4 +373,17 @@ func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Wr
 		return nil
 	}
 	return fmt.Errorf("the demo left on docker: %s (%v)", strings.Join(lo, ", "), cerr)
+}
+
+// pollUntil calls cond every 250ms until it holds (true) or ctx ends
+// (false).
+func pollUntil(ctx context.Context, cond func() bool) bool {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return true
 }
