@@ -475,7 +475,7 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		byModel[k.model] = append(byModel[k.model], k.machine)
 	}
 	for model, ids := range byModel {
-		if s.cfg.Monitors != nil && !s.cfg.Monitors(model) {
+		if s.cfg.Runtime != nil && !s.cfg.Runtime.Monitors(model) {
 			// Another controller watches this model's agents: forget
 			// them here rather than set them down.
 			h.mu.Lock()

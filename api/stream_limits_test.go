@@ -7,6 +7,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
 )
 
 // pagingStore records the event reads the server makes.
@@ -97,7 +98,7 @@ func TestStreamsPerSession(t *testing.T) {
 	cancels[0]()
 	for range streams[0].C() {
 	}
-	eventually(t, "a stream's place freed", func() bool {
+	testutil.Eventually(t, "a stream's place freed", func() bool {
 		_, _, err := open()
 		return err == nil
 	})

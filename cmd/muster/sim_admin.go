@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
-	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/sim"
 	"github.com/spf13/cobra"
 )
@@ -466,9 +465,11 @@ controller and model (an "unknown" instance, see harvest-mode), or with
 				if err != nil {
 					return err
 				}
-				if controllerUUID, modelUUID, err = ownerTags(ctx, c, model, sc); err != nil {
+				m, err := c.Model(ctx, model)
+				if err != nil {
 					return err
 				}
+				controllerUUID, modelUUID = m.ControllerUUID, m.UUID
 			}
 			if zone == "" {
 				if zone, err = firstAvailableZone(ctx, sc); err != nil {
@@ -487,26 +488,6 @@ controller and model (an "unknown" instance, see harvest-mode), or with
 	cmd.Flags().BoolVar(&foreign, "foreign", false, "tag it for another controller and model")
 	t.addFlag(cmd)
 	return cmd
-}
-
-// ownerTags returns the controller and model uuids that the model's
-// instances are tagged with. The API gives the model's uuid; the
-// controller's is read from an instance the model already has.
-func ownerTags(ctx context.Context, c *api.Client, model string, sc *sim.Client) (controllerUUID, modelUUID string, err error) {
-	m, err := c.Model(ctx, model)
-	if err != nil {
-		return "", "", err
-	}
-	is, err := sc.Instances(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	for _, i := range is {
-		if i.Model() == m.UUID && i.Controller() != "" {
-			return i.Controller(), m.UUID, nil
-		}
-	}
-	return "", "", muster.Errorf(muster.EUnavailable, "cannot tell the controller's uuid yet: model %s has no instance to read it from; add a machine first", m.Name)
 }
 
 func firstAvailableZone(ctx context.Context, sc *sim.Client) (string, error) {
