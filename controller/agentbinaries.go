@@ -205,9 +205,7 @@ func (c *AgentCatalogue) Add(src, version, osName, arch string, now time.Time) (
 	h := sha256.New()
 	size, err := io.Copy(io.MultiWriter(tmp, h), in)
 	in.Close()
-	if err == nil {
-		err = tmp.Chmod(0o755)
-	}
+	// The copy stays 0600 (os.CreateTemp): it is served, never run here.
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

@@ -58,6 +58,20 @@ func (c *ClientConfig) LearnControllers(ctx context.Context, client *api.Client)
 
 // LoadClientConfig reads a client config and checks it is complete.
 func LoadClientConfig(path string) (*ClientConfig, error) {
+	c, err := readClientConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Controllers) == 0 || c.Token == "" || c.CACert == "" {
+		return nil, fmt.Errorf("client config %s: controllers, ca-cert and token are required", path)
+	}
+	return c, nil
+}
+
+// readClientConfig reads a client config that may lack controllers (one
+// `muster controller admin-token` wrote knowing none: the controller adds
+// its own at its next start).
+func readClientConfig(path string) (*ClientConfig, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no client config at %s: start a controller with `muster controller` or set MUSTER_CONFIG", path)
@@ -69,27 +83,20 @@ func LoadClientConfig(path string) (*ClientConfig, error) {
 	if err := yaml.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("client config %s: %v", path, err)
 	}
-	if len(c.Controllers) == 0 || c.Token == "" || c.CACert == "" {
-		return nil, fmt.Errorf("client config %s: controllers, ca-cert and token are required", path)
-	}
 	return &c, nil
 }
 
-// Save writes c atomically with mode 0600.
+// Save writes c atomically with mode 0600, whatever the umask.
 func (c *ClientConfig) Save(path string) error {
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("write client config: %w", err)
+		return fmt.Errorf("write client config %s: %w", path, errors.Unwrap(err))
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write client config: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write client config: %w", err)
+	if err := writePrivate(path, data); err != nil {
+		return fmt.Errorf("write client config %s: %w", path, err)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/auth"
+	"github.com/musterhq/muster/internal/datadir"
 	"github.com/musterhq/muster/provisioner"
 	"github.com/musterhq/muster/sqlstore"
 )
@@ -96,6 +97,11 @@ type Config struct {
 	// (DESIGN §1: the map is built by the caller, in cmd/muster);
 	// required.
 	Providers map[string]ProviderKind
+	// CAKeyFile, when set, keeps the CA's private key in this file (0600)
+	// instead of the store: for a PostgreSQL store shared by several
+	// controllers, each given the same file (S4). A new CA writes its key
+	// there; a store that still holds the key has it moved out.
+	CAKeyFile string
 	// SimAgentBootDelay is how long a simulated instance "boots" before
 	// its agent starts (SPEC §3.1); default 1s.
 	SimAgentBootDelay time.Duration
@@ -122,6 +128,7 @@ type Controller struct {
 	// client config (no --client-config).
 	clientWritten bool
 
+	lock     *datadir.Lock // the data dir's lock, held until Close (S1)
 	listener net.Listener
 	server   *http.Server
 	api      *api.Server
@@ -176,9 +183,6 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:17070"
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
 	if cfg.StoreURL == "" {
 		cfg.StoreURL = "sqlite://" + filepath.Join(cfg.DataDir, "muster.db")
 	}
@@ -199,11 +203,38 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 			c.closeResources()
 		}
 	}()
-	var err error
-	c.store, err = sqlstore.Open(ctx, cfg.StoreURL, sqlstore.WithLogger(cfg.Logger))
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	// The data dir, private (S4) and locked against a second controller
+	// (S1), before anything is written in it.
+	if err := datadir.Ensure(cfg.DataDir); err != nil {
+		return nil, err
 	}
+	var err error
+	if c.lock, err = datadir.Acquire(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	// The listen address is bound before the store is initialised: a bad
+	// or busy address must not leave a store whose admin token no client
+	// config holds (S2).
+	if c.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, errors.Unwrap(err))
+	}
+	host, port, _ := net.SplitHostPort(c.listener.Addr().String())
+	hosts := certHosts(host)
+	c.apiAddress = net.JoinHostPort(displayHost(host), port)
+	if cfg.APIAddress != "" {
+		ah, _, err := net.SplitHostPort(cfg.APIAddress)
+		if err != nil || ah == "" {
+			return nil, muster.Errorf(muster.EInvalid, "bad API address %q: want host:port", cfg.APIAddress)
+		}
+		hosts = append(hosts, ah)
+		c.apiAddress = cfg.APIAddress
+	}
+	c.url = "https://" + c.apiAddress
+	store, err := sqlstore.Open(ctx, cfg.StoreURL, sqlstore.WithLogger(cfg.Logger))
+	if err != nil {
+		return nil, err
+	}
+	c.store = store
 	var okLeases, okRegistry bool
 	c.leases, okLeases = c.store.(muster.LeaseStore)
 	c.registry, okRegistry = c.store.(muster.ControllerRegistry)
@@ -214,21 +245,18 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	token, tokenHash := auth.NewToken()
-	caCert, caKey, err := dataDirCA(cfg.DataDir, cfg.Clock.Now())
+	kv, err := c.initControllerConfig(ctx, tokenHash)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := c.store.InitControllerConfig(ctx, map[string]string{cfgControllerUUID: muster.NewUUID(), cfgAdminTokenHash: tokenHash,
-		cfgCACert: string(caCert), cfgCAKey: string(caKey)})
-	if err != nil {
-		return nil, fmt.Errorf("initialise controller config: %w", err)
-	}
 	c.uuid = kv[cfgControllerUUID]
 	firstStart := kv[cfgAdminTokenHash] == tokenHash
-	if c.ca, err = auth.ParseCA([]byte(kv[cfgCACert]), []byte(kv[cfgCAKey])); err != nil {
-		return nil, fmt.Errorf("load the store's ca: %w", err)
-	}
 	if err := c.writeCACert(); err != nil {
+		return nil, err
+	}
+	// The client config right after the store took the token: nothing that
+	// can fail comes between them.
+	if err := c.setUpClientConfig(firstStart, token, kv[cfgAdminTokenHash]); err != nil {
 		return nil, err
 	}
 	if err := c.ensureDefaultModel(ctx); err != nil {
@@ -244,29 +272,11 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	if err := c.agentBins.registerSelf(c.cfg.AgentBinary, cfg.Clock.Now()); err != nil {
 		return nil, err
 	}
-	if c.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	host, port, _ := net.SplitHostPort(c.listener.Addr().String())
-	hosts := certHosts(host)
-	c.apiAddress = net.JoinHostPort(displayHost(host), port)
-	if cfg.APIAddress != "" {
-		ah, _, err := net.SplitHostPort(cfg.APIAddress)
-		if err != nil || ah == "" {
-			return nil, muster.Errorf(muster.EInvalid, "bad API address %q: want host:port", cfg.APIAddress)
-		}
-		hosts = append(hosts, ah)
-		c.apiAddress = cfg.APIAddress
-	}
 	if c.shared && cfg.APIAddress == "" && displayHost(host) != host {
 		c.log.Warn("listening on every address without --api-address: clients on other hosts cannot use the registered address", "listen", cfg.Listen, "registered", c.apiAddress)
 	}
 	cert, err := c.ca.ServerCertificate(hosts, cfg.Clock.Now())
 	if err != nil {
-		return nil, err
-	}
-	c.url = "https://" + c.apiAddress
-	if err := c.setUpClientConfig(firstStart, token, kv[cfgAdminTokenHash]); err != nil {
 		return nil, err
 	}
 	if err := c.newAPI(kv[cfgAdminTokenHash]); err != nil {
@@ -332,13 +342,13 @@ func loadOrCreateControllerID(dataDir string) (string, error) {
 	b, err := os.ReadFile(p)
 	if err == nil {
 		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
+			return id, makePrivate(p)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("read controller id: %w", err)
 	}
 	id := muster.NewUUID()
-	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+	if err := writePrivate(p, []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("write controller id: %w", err)
 	}
 	return id, nil
@@ -370,18 +380,27 @@ func (c *Controller) writeCACert() error {
 	certPath := filepath.Join(c.cfg.DataDir, auth.CACertFile)
 	have, err := os.ReadFile(certPath)
 	if err == nil && string(have) == string(c.ca.CertPEM) {
-		return nil
+		return makePrivate(certPath)
 	}
 	if _, err := os.Stat(filepath.Join(c.cfg.DataDir, auth.CAKeyFile)); err == nil {
 		c.log.Warn("the data dir's ca differs from the store's: using the store's", "data-dir", c.cfg.DataDir)
 		return nil
 	}
-	tmp := certPath + ".tmp"
-	if err := os.WriteFile(tmp, c.ca.CertPEM, 0o644); err != nil {
-		return fmt.Errorf("write ca certificate: %w", err)
+	if err := writePrivate(certPath, c.ca.CertPEM); err != nil {
+		return fmt.Errorf("write ca certificate %s: %w", certPath, err)
 	}
-	if err := os.Rename(tmp, certPath); err != nil {
-		return fmt.Errorf("write ca certificate: %w", err)
+	return nil
+}
+
+// makePrivate tightens a file muster wrote to 0600 (S4): one an older
+// muster, or another umask, left readable by others.
+func makePrivate(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return fmt.Errorf("make %s private: %w", path, errors.Unwrap(err))
 	}
 	return nil
 }
@@ -491,13 +510,13 @@ func (c *Controller) writeClientConfigs(token string, others ...string) error {
 // updateClientConfigURL keeps the data dir's client config pointing at
 // this controller after a restart on another port.
 func (c *Controller) updateClientConfigURL() error {
-	cc, err := LoadClientConfig(c.clientPath)
+	cc, err := readClientConfig(c.clientPath)
 	if err != nil {
 		return err
 	}
 	for _, u := range cc.Controllers {
 		if u == c.url {
-			return nil
+			return makePrivate(c.clientPath)
 		}
 	}
 	cc.Controllers = append([]string{c.url}, cc.Controllers...)
@@ -736,6 +755,7 @@ func (c *Controller) closeResources() {
 	if c.store != nil {
 		c.store.Close()
 	}
+	c.lock.Release() // last: the next controller finds everything closed
 }
 
 // URL is the controller's API URL, https://host:port.

@@ -62,7 +62,7 @@ func newControllerCmd() *cobra.Command {
 			if c.ClientConfigWritten() {
 				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.URL(), c.ClientConfigPath())
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: joined the controllers of the store; use the first controller's client config (the CLI learns this address from it), or restart with --client-config FILE\n", c.URL())
+				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: none in the data dir; use the first controller's client config (the CLI learns this address from it), restart with --client-config FILE, or make a new admin token with `muster controller admin-token --data-dir %s` while the controller is stopped\n", c.URL(), cfg.DataDir)
 			}
 			<-ctx.Done()
 			logger.Info("stopping controller")
@@ -78,6 +78,29 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&cfg.APIAddress, "api-address", "", "host:port clients and other controllers' clients reach this controller at (default: the --listen address)")
 	f.StringVar(&cfg.ClientConfigFrom, "client-config", "", "a client config of the controllers this one joins: copied to <data-dir>/client.yaml with this controller's URL")
 	f.StringVar(&cfg.DefaultSimEndpoint, "default-sim-endpoint", "", "URL of a `muster sim serve` for a new default model (required for a default model on a PostgreSQL store)")
+	f.StringVar(&cfg.CAKeyFile, "ca-key-file", "", "keep the CA's private key in this file (0600) instead of the store; give every controller of a PostgreSQL store the same file")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	cmd.AddCommand(newAdminTokenCmd())
+	return cmd
+}
+
+func newAdminTokenCmd() *cobra.Command {
+	var dataDir, store string
+	cmd := &cobra.Command{
+		Use:   "admin-token",
+		Short: "Make a new admin token, revoke the old one, and write it to <data-dir>/client.yaml (the controller must be stopped)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, err := controller.ResetAdminToken(cmd.Context(), dataDir, store)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "new admin token written to %s; the old token is revoked\n", path)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "the controller's data dir")
+	f.StringVar(&store, "store", "", "state store URL (default sqlite://<data-dir>/muster.db)")
 	return cmd
 }
