@@ -23,7 +23,10 @@ func (c *Controller) initControllerConfig(ctx context.Context, tokenHash string)
 	if err != nil {
 		return nil, err
 	}
-	offer := map[string]string{cfgControllerUUID: muster.NewUUID(), cfgAdminTokenHash: tokenHash, cfgCACert: string(certPEM)}
+	// An empty ca-key marks a key kept outside the store: a controller
+	// started without the key file later cannot put a key of its own
+	// beside the certificate.
+	offer := map[string]string{cfgControllerUUID: muster.NewUUID(), cfgAdminTokenHash: tokenHash, cfgCACert: string(certPEM), cfgCAKey: ""}
 	keyFile := c.cfg.CAKeyFile
 	wroteKey := false
 	if keyFile == "" {

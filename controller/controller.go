@@ -164,6 +164,7 @@ type modelRunner struct {
 	model    muster.Model
 	provider *ModelProvider
 	sup      *provisioner.Supervisor
+	trimmed  chan struct{} // closed once its trim loop has stopped
 	cancel   context.CancelFunc
 }
 
@@ -633,7 +634,11 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		apiAddresses = p.APIAddresses
 	}
 	pctx, cancel := context.WithCancel(ctx)
-	r := &modelRunner{model: m, provider: p, cancel: cancel}
+	r := &modelRunner{model: m, provider: p, cancel: cancel, trimmed: make(chan struct{})}
+	go func() {
+		defer close(r.trimmed)
+		trimLoop(pctx, c.store, c.cfg.Clock, m.UUID, log)
+	}()
 	r.sup = provisioner.Supervise(pctx, provisioner.Config{
 		ControllerUUID: c.uuid,
 		Model:          m,
@@ -666,6 +671,7 @@ func (c *Controller) stopModel(r *modelRunner, cleanup bool) {
 	c.mu.Unlock()
 	r.cancel()
 	r.sup.Wait()
+	<-r.trimmed
 	c.metrics.forget(r.model.Name)
 	if cleanup && r.provider.Cleanup != nil { // removed model: remove its networks
 		if err := r.provider.Cleanup(c.ctx); err != nil {
