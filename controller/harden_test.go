@@ -153,6 +153,17 @@ func TestFileModesWithUmaskZero(t *testing.T) {
 	checkPrivate(t, dir)
 	closeTest(t, c)
 	checkPrivate(t, dir)
+	// Files an older muster left readable by others are tightened.
+	for _, f := range []string{"client.yaml", auth.CACertFile, IDFile} {
+		if err := os.Chmod(filepath.Join(dir, f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// On the same address: the client config needs no new URL.
+	if err := openErr(t, Config{DataDir: dir, Listen: strings.TrimPrefix(c.URL(), "https://")}); err != nil {
+		t.Fatal(err)
+	}
+	checkPrivate(t, dir)
 	// The CA key file too.
 	keyFile := filepath.Join(keyDir, "ca.key")
 	c2 := openTest(t, filepath.Join(t.TempDir(), "data2"), Config{CAKeyFile: keyFile})
@@ -311,9 +322,9 @@ func TestTrimLoopOnFakeClock(t *testing.T) {
 		trimLoop(ctx, st, clock, m.UUID, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	}()
 	testutil.Eventually(t, "the event older than the retention trimmed at start", func() bool { return messages() == "new" })
-	<-clock.WaitForTimers(1)
+	waitTimers(t, clock, 1)
 	clock.Advance(23 * time.Hour)
-	<-clock.WaitForTimers(1) // the loop trimmed 23 times more and waits again
+	waitTimers(t, clock, 1) // the loop trimmed again and waits for the next hour
 	if got := messages(); got != "new" {
 		t.Fatalf("after 23h: got events %q, want new", got)
 	}
@@ -321,6 +332,17 @@ func TestTrimLoopOnFakeClock(t *testing.T) {
 	testutil.Eventually(t, "the event trimmed once it is older than the retention", func() bool { return messages() == "" })
 	cancel()
 	<-done
+}
+
+// waitTimers waits until the clock has n timers waiting: the code under
+// test has started to wait on it.
+func waitTimers(tb testing.TB, clock *fakeclock.Clock, n int) {
+	tb.Helper()
+	select {
+	case <-clock.WaitForTimers(n):
+	case <-time.After(testutil.Timeout):
+		tb.Fatalf("no %d timers waiting on the clock after %s", n, testutil.Timeout)
+	}
 }
 
 // S10: the controller running a model's provisioner trims the model when
