@@ -111,9 +111,19 @@ func printTable(w io.Writer, header []string, rows [][]string) error {
 	tw := newTabWriter(w)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		writeRow(tw, r...)
 	}
 	return tw.Flush()
+}
+
+// writeRow writes one table row, each cell with its control characters
+// escaped (S8): cells hold text agents and clouds wrote, and a tab or an
+// escape sequence in one must not break the table or the terminal.
+func writeRow(w io.Writer, cells ...string) {
+	for i, c := range cells {
+		cells[i] = muster.Printable(c)
+	}
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
 
 // printJSON writes v as indented JSON.

@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "error: %s\n", oneLine(errorText(err)))
+	fmt.Fprintf(stderr, "error: %s\n", printableError(oneLine(errorText(err))))
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
 		return 2
@@ -68,6 +68,17 @@ func errorText(err error) string {
 		}
 	}
 	return msg
+}
+
+// printableError escapes the control characters of an error message,
+// which may quote what agents or clouds wrote (S8). A message without any
+// is left as it is: the backslashes of a value the server quoted with %q
+// are not doubled.
+func printableError(s string) string {
+	if bare := strings.ReplaceAll(s, `\`, ""); muster.Printable(bare) == bare {
+		return s
+	}
+	return muster.Printable(s)
 }
 
 func oneLine(s string) string {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/musterhq/muster"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -35,6 +36,7 @@ func newProgress(w io.Writer, total int, what string) *progress {
 
 // update sets the number done and a short summary of the other states.
 func (p *progress) update(done int, detail string) {
+	detail = muster.Printable(detail) // it quotes provisioner errors (S8)
 	if p.bar != nil {
 		p.bar.Describe(detail)
 		_ = p.bar.Set(done)

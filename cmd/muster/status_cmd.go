@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -59,19 +60,19 @@ func writeStatus(w io.Writer, st api.Status, format string) error {
 func writeStatusTable(w io.Writer, st api.Status) error {
 	tw := newTabWriter(w)
 	fmt.Fprintln(tw, "Model\tProvider\tHarvest\tMachines")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", st.Model, st.Provider, st.HarvestMode, len(st.Machines))
+	writeRow(tw, st.Model, st.Provider, st.HarvestMode, strconv.Itoa(len(st.Machines)))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if st.ProvisionerError != "" {
-		fmt.Fprintf(w, "provisioner: %s\n", st.ProvisionerError)
+		fmt.Fprintf(w, "provisioner: %s\n", muster.Printable(st.ProvisionerError))
 	}
 	if len(st.Zones) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(tw, "Zone\tAvailable\tMachines")
 		for _, name := range sortedKeys(st.Zones) {
 			z := st.Zones[name]
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", name, yesNo(z.Available), z.Machines)
+			writeRow(tw, name, yesNo(z.Available), strconv.Itoa(z.Machines))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -92,8 +93,8 @@ func writeStatusTable(w io.Writer, st api.Status) error {
 		if m.StatusMessage != "" {
 			msg = m.StatusMessage
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Life, dash(m.Status), dash(m.InstanceID),
-			dash(m.InstanceStatus), dash(m.Zone), dash(m.Group), m.Base, dash(m.Constraints), dash(addr), oneLine(msg))
+		writeRow(tw, id, m.Life, dash(m.Status), dash(m.InstanceID),
+			dash(m.InstanceStatus), dash(m.Zone), dash(m.Group), m.Base, dash(m.Constraints), dash(addr), msg)
 	}
 	return tw.Flush()
 }
@@ -282,5 +283,6 @@ func writeEvent(w io.Writer, e api.EventInfo) {
 	} else {
 		m = "machine-" + m
 	}
-	fmt.Fprintf(w, "%s  %-6d %-10s %-20s %-10s %s\n", e.Time.UTC().Format(time.RFC3339), e.Seq, m, e.Kind, e.Actor, strings.TrimSpace(oneLine(e.Message)))
+	fmt.Fprintf(w, "%s  %-6d %-10s %-20s %-10s %s\n", e.Time.UTC().Format(time.RFC3339), e.Seq, muster.Printable(m),
+		muster.Printable(e.Kind), muster.Printable(e.Actor), muster.Printable(strings.TrimSpace(e.Message)))
 }
