@@ -147,8 +147,12 @@ func TestFileModesWithUmaskZero(t *testing.T) {
 	if _, err := c.agentBins.Add(bin, "9.9.9", "linux", "amd64", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "muster.db-wal")); err != nil {
-		t.Fatalf("no WAL to check: %v", err)
+	// Every kind of file muster writes is there to be checked.
+	for _, pattern := range []string{"muster.db", "muster.db-wal", "muster.db-shm", "muster.lock", "controller-id", "client.yaml",
+		auth.CACertFile, "sim-*.json", "agent-binaries/index.json", "agent-binaries/muster-9.9.9-linux-amd64-*"} {
+		if ms, _ := filepath.Glob(filepath.Join(dir, pattern)); len(ms) == 0 {
+			t.Errorf("no %s in the data dir", pattern)
+		}
 	}
 	checkPrivate(t, dir)
 	closeTest(t, c)
