@@ -464,6 +464,10 @@ func (c *Controller) setUpClientConfig(firstStart bool, token, tokenHash string)
 		c.clientWritten = true
 		return c.updateClientConfigURL()
 	}
+	if c.cfg.ClientConfigFrom == "" && !c.shared {
+		c.log.Warn("no client config in the data dir and the store has an admin token: stop the controller and run `muster controller admin-token --data-dir DIR` for a new one", "data-dir", c.cfg.DataDir)
+		return nil
+	}
 	if c.cfg.ClientConfigFrom == "" {
 		c.log.Info("joined the controllers of the store: no client config written; use the first controller's, the CLI learns this controller's address from it")
 		return nil
