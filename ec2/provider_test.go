@@ -879,7 +879,7 @@ func TestLoopbackCredentials(t *testing.T) {
 // AWS_CA_BUNDLE (or ca_bundle in ~/.aws/config) makes the SDK build its own
 // HTTP client: an endpoint served with a certificate of that bundle works.
 func TestCABundle(t *testing.T) {
-	srv := httptest.NewTLSServer(sim.NewServer(newSimEC2(t, nil).cloud))
+	srv := httptest.NewTLSServer(simHandler(newSimEC2(t, nil).cloud))
 	defer srv.Close()
 	bundle := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -59,24 +60,17 @@ type Config struct {
 	// Logger receives warnings (e.g. a state file that cannot be written).
 	// Default slog.Default().
 	Logger *slog.Logger
-	// EC2AccessKey and EC2SecretKey are the key pair the EC2 API
-	// (NewServer's /ec2/) accepts SigV4 signatures of. Defaults
-	// DefaultEC2AccessKey and DefaultEC2SecretKey.
-	EC2AccessKey string
-	EC2SecretKey string
 }
 
 // Cloud is a simulated cloud. It is safe for concurrent use.
 type Cloud struct {
-	clock     muster.Clock
-	file      string
-	maxBatch  int
-	onStart   func(Instance, muster.StartParams)
-	onStop    func(string)
-	logger    *slog.Logger
-	spaces    []SpaceConfig
-	ec2Key    string
-	ec2Secret string
+	clock    muster.Clock
+	file     string
+	maxBatch int
+	onStart  func(Instance, muster.StartParams)
+	onStop   func(string)
+	logger   *slog.Logger
+	spaces   []SpaceConfig
 
 	mu           sync.Mutex
 	rnd          *rand.Rand
@@ -145,8 +139,6 @@ func Open(cfg Config) (*Cloud, error) {
 		addrUsed:     map[string]bool{},
 		buckets:      map[string]*bucket{},
 		stats:        newStats(),
-		ec2Key:       cfg.EC2AccessKey,
-		ec2Secret:    cfg.EC2SecretKey,
 		reservations: map[string]*reservation{},
 		tombs:        map[string]*tombstone{},
 		saveDelay:    cfg.SaveDelay,
@@ -164,12 +156,6 @@ func Open(cfg Config) (*Cloud, error) {
 	}
 	if c.spaces == nil {
 		c.spaces = DefaultSpaces
-	}
-	if c.ec2Key == "" {
-		c.ec2Key = DefaultEC2AccessKey
-	}
-	if c.ec2Secret == "" {
-		c.ec2Secret = DefaultEC2SecretKey
 	}
 	if len(c.spaces) > 16 {
 		return nil, muster.Errorf(muster.EInvalid, "sim: %d spaces configured, at most 16", len(c.spaces))
@@ -480,7 +466,7 @@ func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
 
 // leave ends a call of kind that has done its work: it holds the reply for
 // Faults.ReplyDelay, then loses it when Faults.LoseReplies says so (an
-// ErrUnavailable error wrapping errReplyLost). c.mu is not held.
+// ErrUnavailable error wrapping ErrReplyLost). c.mu is not held.
 func (c *Cloud) leave(ctx context.Context, kind string) error {
 	c.mu.Lock()
 	lat := c.faults.ReplyDelay[kind]
@@ -505,14 +491,14 @@ func (c *Cloud) leave(ctx context.Context, kind string) error {
 		}
 	}
 	if lose {
-		return &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "sim: the reply of a " + kind + " call was lost", Err: errReplyLost}
+		return &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "sim: the reply of a " + kind + " call was lost", Err: ErrReplyLost}
 	}
 	return nil
 }
 
-// errReplyLost marks a call whose reply Faults.LoseReplies dropped: the
+// ErrReplyLost marks a call whose reply Faults.LoseReplies dropped: the
 // HTTP server closes the connection instead of answering.
-var errReplyLost = errors.New("reply lost")
+var ErrReplyLost = errors.New("reply lost")
 
 // start starts ps for a controller and model: the call-level error is for
 // the whole call (throttled, cancelled, injected failure, lost reply).
@@ -651,8 +637,8 @@ type launchSpec struct {
 	created     time.Time
 }
 
-// errNoAddress marks a capacity error of a full subnet.
-var errNoAddress = errors.New("no free address")
+// ErrNoAddress marks a capacity error of a full subnet.
+var ErrNoAddress = errors.New("no free address")
 
 // launch starts one instance as l says, subject to the zone's FailNext,
 // error rate and capacity; c.mu is held.
@@ -699,7 +685,7 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 			for _, x := range addrs {
 				delete(c.addrUsed, x)
 			}
-			return nil, &muster.ProviderError{Kind: muster.ErrCapacity, Zone: z.Name, Message: fmt.Sprintf("sim: no free address in subnet %s", s.ID), Err: errNoAddress}
+			return nil, &muster.ProviderError{Kind: muster.ErrCapacity, Zone: z.Name, Message: fmt.Sprintf("sim: no free address in subnet %s", s.ID), Err: ErrNoAddress}
 		}
 		addrs = append(addrs, a)
 	}
@@ -750,6 +736,29 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 func (c *Cloud) firstSubnet(zone string) *subnet {
 	for _, s := range c.subnets {
 		if s.Zone == zone {
+			return s
+		}
+	}
+	return nil
+}
+
+func (c *Cloud) subnetByID(id string) *subnet {
+	for _, s := range c.subnets {
+		if s.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// subnetOfAddr returns the subnet an address was allocated from.
+func (c *Cloud) subnetOfAddr(addr string) *subnet {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return nil
+	}
+	for _, s := range c.subnets {
+		if netip.PrefixFrom(netip.AddrFrom4([4]byte{s.prefix[0], s.prefix[1], s.prefix[2], 0}), 20).Contains(a) {
 			return s
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -835,5 +836,46 @@ func TestStateFileJournal(t *testing.T) {
 				t.Errorf("got zones %+v, want 1 core used in a, none in b", zs)
 			}
 		})
+	}
+}
+
+func TestLoseRepliesOfTheSimsOwnCalls(t *testing.T) {
+	c := openCloud(t, sim.Config{Clock: newClock()})
+	srv := httptest.NewServer(sim.NewServer(c))
+	defer srv.Close()
+	client := sim.NewClient(srv.URL, srv.Client())
+	ctx := context.Background()
+	// Set through the admin API, as JSON.
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(`{"lose-replies": {"start": 2}, "reply-delay": {"zones": {"fixed": 0}}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if f := c.Faults(); f.LoseReplies[sim.CallStart] != 2 || len(f.ReplyDelay) != 1 {
+		t.Fatalf("faults after PUT: %+v", f)
+	}
+	sp := startParams("0", "a")
+	for name, p := range map[string]muster.Provider{"in-process": c.Provider(testController, testModel), "http": client.Provider(testController, testModel)} {
+		_, err := p.StartInstance(ctx, sp)
+		if k, _ := kindOf(err); k != muster.ErrUnavailable {
+			t.Errorf("%s: got %v, want an unavailable error", name, err)
+		}
+	}
+	// The first lost start did start it; the second found it by its token.
+	res := mustStart(t, client.Provider(testController, testModel), sp)
+	if all := c.AllInstances(); len(all) != 1 || all[0].ID != res.Instance.ID || c.Stats().InstancesStarted != 1 {
+		t.Errorf("got %+v, want the one instance %s", all, res.Instance.ID)
+	}
+	for _, bad := range []string{`{"lose-replies": {"reboot": 1}}`, `{"lose-replies": {"start": -1}}`, `{"reply-delay": {"list": {"fixed": -5}}}`} {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(bad))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: got status %d, want 400", bad, resp.StatusCode)
+		}
 	}
 }

@@ -51,6 +51,18 @@ type config struct {
 	Faults Faults       `json:"faults"`
 }
 
+// reservation is a launch made with a client token, kept for the cloud's
+// lifetime so that the token stays idempotent.
+type reservation struct {
+	ID          string `json:"id"`
+	ClientToken string `json:"client-token"`
+	// Fingerprint sums up the request (LaunchRequest.Fingerprint); empty
+	// in state files written before it was kept, which match any repeat.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Instances are the reservation's instances as launched.
+	Instances []Instance `json:"instances"`
+}
+
 type persistedInstance struct {
 	Instance
 	Params *muster.StartParams `json:"params,omitempty"`

@@ -256,3 +256,10 @@ func ZoneConfigs(names ...string) []ZoneConfig {
 	}
 	return out
 }
+
+// The key pair the sim's EC2 endpoint (sim/ec2api, served by `muster sim
+// serve`) accepts by default.
+const (
+	DefaultEC2AccessKey = "AKIAMUSTERSIMULATOR0"
+	DefaultEC2SecretKey = "muster-sim-secret-access-key"
+)

@@ -1,13 +1,13 @@
-package sim
+package ec2api
 
 import "encoding/xml"
 
 // The XML documents of the EC2 API, element for element as EC2 sends them
-// (namespace ec2Namespace; lists are <xxxSet><item>…</item></xxxSet>).
+// (namespace namespace; lists are <xxxSet><item>…</item></xxxSet>).
 
-const ec2Namespace = "http://ec2.amazonaws.com/doc/2016-11-15/"
+const namespace = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
-type ec2ErrorResponse struct {
+type errorResponse struct {
 	XMLName   xml.Name `xml:"Response"`
 	Code      string   `xml:"Errors>Error>Code"`
 	Message   string   `xml:"Errors>Error>Message"`

@@ -1,4 +1,4 @@
-package sim_test
+package ec2api_test
 
 import (
 	"bytes"
@@ -33,6 +33,8 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/fakeclock"
 	"github.com/musterhq/muster/sim"
+	"github.com/musterhq/muster/sim/ec2api"
+	"github.com/musterhq/muster/sim/simserver"
 )
 
 // ec2Env is a cloud served over HTTP with an EC2 client of the real SDK.
@@ -41,9 +43,17 @@ type ec2Env struct {
 	clock *fakeclock.Clock
 	srv   *httptest.Server
 	api   *ec2.Client
+
+	key, secret string // the API's key pair
 }
 
 func newEC2Env(t *testing.T, cfg sim.Config) *ec2Env {
+	t.Helper()
+	return newEC2EnvKeys(t, cfg, ec2api.Config{})
+}
+
+// newEC2EnvKeys is newEC2Env with an API that takes the keys of keys.
+func newEC2EnvKeys(t *testing.T, cfg sim.Config, keys ec2api.Config) *ec2Env {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = newClock()
@@ -52,10 +62,11 @@ func newEC2Env(t *testing.T, cfg sim.Config) *ec2Env {
 		cfg.Logger = discardLogger()
 	}
 	c := openCloud(t, cfg)
-	srv := httptest.NewServer(sim.NewServer(c))
+	api := ec2api.New(c, keys)
+	srv := httptest.NewServer(simserver.Handler(c, api))
 	t.Cleanup(srv.Close)
-	key, secret := c.EC2Credentials()
-	return &ec2Env{c: c, clock: cfg.Clock.(*fakeclock.Clock), srv: srv, api: ec2Client(srv.URL, key, secret)}
+	key, secret := api.Credentials()
+	return &ec2Env{c: c, clock: cfg.Clock.(*fakeclock.Clock), srv: srv, api: ec2Client(srv.URL, key, secret), key: key, secret: secret}
 }
 
 // ec2Client returns an SDK client of the sim at url; it retries as the
@@ -183,7 +194,7 @@ func filter(name string, values ...string) types.Filter {
 // its own API, which keeps its paths.
 func TestEC2EndpointPaths(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
-	key, secret := e.c.EC2Credentials()
+	key, secret := e.key, e.secret
 	for _, path := range []string{"", "/", "/ec2", "/ec2/"} {
 		api := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")},
 			func(o *ec2.Options) { o.BaseEndpoint = aws.String(e.srv.URL + path); o.Retryer = aws.NopRetryer{} })
@@ -215,7 +226,7 @@ func TestEC2ZonesAndSubnets(t *testing.T) {
 	if _, err := e.c.SetZone("b", sim.ZoneUpdate{Available: &no}); err != nil {
 		t.Fatal(err)
 	}
-	key, secret := e.c.EC2Credentials()
+	key, secret := e.key, e.secret
 	west := ec2Client(e.srv.URL, key, secret, func(o *ec2.Options) { o.Region = "eu-west-2" })
 	zs, err := west.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{})
 	if err != nil {
@@ -687,9 +698,9 @@ func doRaw(t testing.TB, req *http.Request) (int, ec2Reply) {
 }
 
 func TestEC2Signatures(t *testing.T) {
-	e := newEC2Env(t, sim.Config{EC2AccessKey: "AKIATEST", EC2SecretKey: "s3cret"})
+	e := newEC2EnvKeys(t, sim.Config{}, ec2api.Config{AccessKey: "AKIATEST", SecretKey: "s3cret"})
 	ctx := context.Background()
-	if k, s := e.c.EC2Credentials(); k != "AKIATEST" || s != "s3cret" {
+	if k, s := e.key, e.secret; k != "AKIATEST" || s != "s3cret" {
 		t.Fatalf("credentials %s/%s", k, s)
 	}
 	if _, err := e.api.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{}); err != nil {
@@ -991,47 +1002,6 @@ func TestReplyDelayHoldsTheReplyAfterTheWork(t *testing.T) {
 	}
 }
 
-func TestLoseRepliesOfTheSimsOwnCalls(t *testing.T) {
-	c := openCloud(t, sim.Config{Clock: newClock()})
-	srv := httptest.NewServer(sim.NewServer(c))
-	defer srv.Close()
-	client := sim.NewClient(srv.URL, srv.Client())
-	ctx := context.Background()
-	// Set through the admin API, as JSON.
-	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(`{"lose-replies": {"start": 2}, "reply-delay": {"zones": {"fixed": 0}}}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if f := c.Faults(); f.LoseReplies[sim.CallStart] != 2 || len(f.ReplyDelay) != 1 {
-		t.Fatalf("faults after PUT: %+v", f)
-	}
-	sp := startParams("0", "a")
-	for name, p := range map[string]muster.Provider{"in-process": c.Provider(testController, testModel), "http": client.Provider(testController, testModel)} {
-		_, err := p.StartInstance(ctx, sp)
-		if k, _ := kindOf(err); k != muster.ErrUnavailable {
-			t.Errorf("%s: got %v, want an unavailable error", name, err)
-		}
-	}
-	// The first lost start did start it; the second found it by its token.
-	res := mustStart(t, client.Provider(testController, testModel), sp)
-	if all := c.AllInstances(); len(all) != 1 || all[0].ID != res.Instance.ID || c.Stats().InstancesStarted != 1 {
-		t.Errorf("got %+v, want the one instance %s", all, res.Instance.ID)
-	}
-	for _, bad := range []string{`{"lose-replies": {"reboot": 1}}`, `{"lose-replies": {"start": -1}}`, `{"reply-delay": {"list": {"fixed": -5}}}`} {
-		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(bad))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("%s: got status %d, want 400", bad, resp.StatusCode)
-		}
-	}
-}
-
 func TestEC2AndSimProviderShareTheCloud(t *testing.T) {
 	var mu sync.Mutex
 	var stopped []string
@@ -1124,7 +1094,7 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 		defer mu.Unlock()
 		restarted = append(restarted, fmt.Sprintf("%s/%d/%s", inst.ID, inst.EC2.LaunchIndex, p.UserData))
 	}})
-	srv := httptest.NewServer(sim.NewServer(c2))
+	srv := httptest.NewServer(handler(c2))
 	defer srv.Close()
 	e2 := &ec2Env{c: c2, clock: clock, srv: srv, api: ec2Client(srv.URL, sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey)}
 	after, _ := e2.describeAll(t)
@@ -1146,7 +1116,7 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 	// Once more, from the snapshot the second open wrote.
 	c2.Close()
 	c3 := openCloud(t, sim.Config{Clock: clock, StateFile: file})
-	srv3 := httptest.NewServer(sim.NewServer(c3))
+	srv3 := httptest.NewServer(handler(c3))
 	defer srv3.Close()
 	e3 := &ec2Env{c: c3, clock: clock, srv: srv3, api: ec2Client(srv3.URL, sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey)}
 	if again, _ := e3.describeAll(t); !reflect.DeepEqual(again, before) {
@@ -1196,7 +1166,7 @@ func FuzzEC2Request(f *testing.F) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return sim.NewServer(c)
+		return handler(c)
 	}
 	// The seeds' image id is a placeholder for a real one.
 	real := ""
@@ -1235,3 +1205,38 @@ func FuzzEC2Request(f *testing.F) {
 
 // discardLogger keeps expected warnings out of test output.
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+const (
+	testController = "ctrl-1"
+	testModel      = "model-1"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newClock() *fakeclock.Clock { return fakeclock.New(epoch) }
+
+// handler serves c as `muster sim serve` does, with the default keys.
+func handler(c *sim.Cloud) http.Handler { return simserver.Handler(c, ec2api.New(c, ec2api.Config{})) }
+
+func openCloud(tb testing.TB, cfg sim.Config) *sim.Cloud {
+	tb.Helper()
+	c, err := sim.Open(cfg)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+func startParams(machine, zone string) muster.StartParams {
+	return muster.StartParams{MachineID: machine, Zone: zone, Base: "ubuntu@24.04", LaunchToken: "tok-" + machine}
+}
+
+func mustStart(tb testing.TB, p muster.Provider, sp muster.StartParams) muster.StartResult {
+	tb.Helper()
+	res, err := p.StartInstance(context.Background(), sp)
+	if err != nil {
+		tb.Fatalf("StartInstance(%+v): %v", sp, err)
+	}
+	return res
+}
