@@ -43,6 +43,10 @@ type Config struct {
 	// made it returns (concurrent calls share writes), so a crash of the
 	// process loses nothing.
 	SaveDelay time.Duration
+	// PendingTime is how long an instance launched by Launch (the EC2
+	// API) stays "pending" before it is "running", and one stopped or
+	// started by Power stays "stopping" or "pending". Default 0: at once.
+	PendingTime time.Duration
 	// MaxBatch is the largest number of instances one StartInstances call
 	// may start. Default DefaultMaxBatch.
 	MaxBatch int
@@ -67,6 +71,7 @@ type Cloud struct {
 	clock    muster.Clock
 	file     string
 	maxBatch int
+	pending  time.Duration // Config.PendingTime
 	onStart  func(Instance, muster.StartParams)
 	onStop   func(string)
 	logger   *slog.Logger
@@ -129,6 +134,7 @@ func Open(cfg Config) (*Cloud, error) {
 		clock:        cfg.Clock,
 		file:         cfg.StateFile,
 		maxBatch:     cfg.MaxBatch,
+		pending:      cfg.PendingTime,
 		onStart:      cfg.OnStart,
 		onStop:       cfg.OnStop,
 		logger:       cfg.Logger,
@@ -147,6 +153,9 @@ func Open(cfg Config) (*Cloud, error) {
 	}
 	if c.clock == nil {
 		c.clock = muster.SystemClock
+	}
+	if c.pending < 0 {
+		return nil, muster.Errorf(muster.EInvalid, "sim: negative pending time %s", c.pending)
 	}
 	if c.maxBatch <= 0 {
 		c.maxBatch = DefaultMaxBatch
@@ -635,6 +644,7 @@ type launchSpec struct {
 	params      muster.StartParams // kept for OnStart and the state file
 	ec2         *EC2Attrs
 	created     time.Time
+	pending     bool // starts "pending" for Config.PendingTime
 }
 
 // ErrNoAddress marks a capacity error of a full subnet.
@@ -704,6 +714,9 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 		Created:      l.created,
 		State:        "running",
 		EC2:          l.ec2,
+	}
+	if l.pending && c.pending > 0 {
+		inst.State, inst.Until = "pending", l.created.Add(c.pending)
 	}
 	for _, v := range l.volumes {
 		v.VolumeID = c.newID("vol-")
@@ -905,18 +918,23 @@ func (c *Cloud) unlaunchLocked(inst *Instance) {
 func (c *Cloud) forgetLocked(inst *Instance) {
 	delete(c.instances, inst.ID)
 	delete(c.params, inst.ID)
-	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
-		k := tokenKey(inst.Controller(), inst.Model(), tok)
-		if c.tokens[k] == inst.ID {
-			delete(c.tokens, k)
-		}
-	}
+	c.untoken(inst)
 	for _, a := range inst.Addresses {
 		delete(c.addrUsed, a)
 	}
 	if z := c.zone(inst.Zone); z != nil {
 		z.used -= inst.Cores
 		z.instances--
+	}
+}
+
+// untoken forgets inst's launch token; c.mu is held.
+func (c *Cloud) untoken(inst *Instance) {
+	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
+		k := tokenKey(inst.Controller(), inst.Model(), tok)
+		if c.tokens[k] == inst.ID {
+			delete(c.tokens, k)
+		}
 	}
 }
 
@@ -955,6 +973,7 @@ func (c *Cloud) list(ctx context.Context, controller, model string) ([]muster.In
 	lag := c.faults.ListingLag
 	out := []muster.Instance{}
 	for _, inst := range c.sortedLocked() {
+		settle(inst, now)
 		if inst.Controller() != controller || inst.Model() != model {
 			continue
 		}
@@ -1284,7 +1303,9 @@ func (c *Cloud) AllInstances() []Instance {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := []Instance{}
+	now := c.clock.Now()
 	for _, inst := range c.sortedLocked() {
+		settle(inst, now)
 		out = append(out, cloneInstance(inst))
 	}
 	return out

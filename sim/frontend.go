@@ -72,6 +72,7 @@ func (c *Cloud) Listed() []Instance {
 	lag := c.faults.ListingLag
 	var out []Instance
 	add := func(inst *Instance) {
+		settle(inst, now)
 		if lag <= 0 || now.Sub(inst.Created) >= lag {
 			out = append(out, cloneInstance(inst))
 		}
@@ -256,7 +257,7 @@ func (r LaunchRequest) spec(z *zone, s *subnet, rid string, idx int, created tim
 	a.KeepVolumes = append([]string(nil), a.KeepVolumes...)
 	return launchSpec{
 		zone: z, typ: r.Type, base: r.Base, subnet: s, rootDisk: r.RootDisk, tags: tags,
-		volumes: r.Volumes, attachments: atts, params: p, created: created, ec2: &a,
+		volumes: r.Volumes, attachments: atts, params: p, created: created, ec2: &a, pending: true,
 	}
 }
 
@@ -268,6 +269,7 @@ func (c *Cloud) replayLocked(res *reservation) Reservation {
 	for i := range res.Instances {
 		inst := &res.Instances[i]
 		if live := c.instances[inst.ID]; live != nil {
+			settle(live, c.clock.Now())
 			inst = live
 		} else if t := c.tombs[inst.ID]; t != nil {
 			inst = &t.Instance
@@ -312,6 +314,7 @@ func (c *Cloud) Terminate(ids []string) (changes []StateChange, unknown []string
 		done[id] = true
 		ch := StateChange{ID: id, Previous: "terminated", Current: "terminated"}
 		if inst := c.instances[id]; inst != nil {
+			settle(inst, c.clock.Now())
 			ch.Previous, ch.Current = inst.State, "shutting-down"
 			c.removeLocked(inst)
 			stopped = append(stopped, id)
@@ -321,4 +324,124 @@ func (c *Cloud) Terminate(ids []string) (changes []StateChange, unknown []string
 	c.mu.Unlock()
 	c.afterStop(stopped)
 	return changes, nil
+}
+
+// settle ends inst's pending or stopping state when its time has come.
+func settle(inst *Instance, now time.Time) {
+	if inst.Until.IsZero() || now.Before(inst.Until) {
+		return
+	}
+	switch inst.State {
+	case "pending":
+		inst.State = "running"
+	case "stopping":
+		inst.State = "stopped"
+	}
+	inst.Until = time.Time{}
+}
+
+// transition puts inst into state, which lasts PendingTime before it
+// settles; c.mu is held.
+func (c *Cloud) transition(inst *Instance, state string, now time.Time) {
+	inst.State, inst.Until = state, now.Add(c.pending)
+	settle(inst, now)
+	c.logPut(inst)
+}
+
+// Power stops (on false) or starts (on true) the instances of ids, as
+// EC2's StopInstances and StartInstances do: a running instance goes
+// "stopping" then "stopped"; a stopped one "pending" then "running";
+// others are left as they are (a terminated one stays terminated), but
+// an instance in the opposite transition fails the call with a
+// *StateError. When any id is unknown it does nothing and returns those
+// ids. It does not count a call; run it inside Do.
+func (c *Cloud) Power(ids []string, on bool) (changes []StateChange, unknown []string, err error) {
+	c.mu.Lock()
+	now := c.clock.Now()
+	c.pruneTombsLocked(now)
+	for _, id := range ids {
+		if c.instances[id] == nil && c.tombs[id] == nil && !contains(unknown, id) {
+			unknown = append(unknown, id)
+		}
+	}
+	for _, id := range ids {
+		if inst := c.instances[id]; inst != nil && len(unknown) == 0 {
+			settle(inst, now)
+			if on && inst.State == "stopping" || !on && inst.State == "pending" {
+				err = &StateError{ID: id, State: inst.State}
+			}
+		}
+	}
+	if len(unknown) > 0 || err != nil {
+		c.mu.Unlock()
+		return nil, unknown, err
+	}
+	done := map[string]bool{}
+	for _, id := range ids {
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		inst := c.instances[id]
+		if inst == nil {
+			changes = append(changes, StateChange{ID: id, Previous: "terminated", Current: "terminated"})
+			continue
+		}
+		ch := StateChange{ID: id, Previous: inst.State}
+		switch {
+		case on && inst.State == "stopped":
+			c.transition(inst, "pending", now)
+		case !on && inst.State == "running":
+			c.transition(inst, "stopping", now)
+		}
+		ch.Current = inst.State
+		changes = append(changes, ch)
+	}
+	c.mu.Unlock()
+	c.persist()
+	return changes, nil, nil
+}
+
+// StateError is the error of an instance in a state that does not allow
+// what was asked.
+type StateError struct {
+	ID, State string
+}
+
+func (e *StateError) Error() string {
+	return "sim: instance " + e.ID + " is " + e.State
+}
+
+// UpdateTags calls edit with the tags of each instance of ids (running or
+// stopped) to change them in place. When any id is unknown it changes
+// nothing and returns those ids.
+func (c *Cloud) UpdateTags(ids []string, edit func(tags map[string]string)) (unknown []string) {
+	c.mu.Lock()
+	for _, id := range ids {
+		if c.instances[id] == nil && !contains(unknown, id) {
+			unknown = append(unknown, id)
+		}
+	}
+	if len(unknown) > 0 {
+		c.mu.Unlock()
+		return unknown
+	}
+	for _, id := range ids {
+		inst := c.instances[id]
+		c.untoken(inst)
+		if inst.Tags == nil {
+			inst.Tags = map[string]string{}
+		}
+		edit(inst.Tags)
+		if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
+			c.tokens[tokenKey(inst.Controller(), inst.Model(), tok)] = inst.ID
+		}
+		if p := c.params[id]; p != nil {
+			p.Tags = copyTags(inst.Tags)
+		}
+		c.logPut(inst)
+	}
+	c.mu.Unlock()
+	c.persist()
+	return nil
 }

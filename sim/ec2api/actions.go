@@ -400,6 +400,29 @@ func (a *API) terminateInstances(q *query) (any, error) {
 
 // ---- DescribeInstanceAttribute
 
+// attribute returns the value of an instance attribute DescribeInstanceAttribute
+// serves, false for an attribute it does not know.
+func (a *API) attribute(inst instance, name string) (string, bool) {
+	switch name {
+	case "userData":
+		if ud := a.c.UserData(inst.ID); len(ud) > 0 {
+			return base64.StdEncoding.EncodeToString(ud), true
+		}
+		return "", true
+	case "instanceType":
+		return inst.InstanceType, true
+	case "disableApiTermination", "disableApiStop", "ebsOptimized", "enaSupport":
+		return strconv.FormatBool(name == "enaSupport"), true
+	case "sourceDestCheck":
+		return "true", true
+	case "instanceInitiatedShutdownBehavior":
+		return "stop", true
+	case "rootDeviceName":
+		return rootDevice, true
+	}
+	return "", false
+}
+
 func (a *API) describeInstanceAttribute(q *query) (any, error) {
 	id, attr := q.form.Get("InstanceId"), q.form.Get("Attribute")
 	if id == "" {
@@ -408,19 +431,19 @@ func (a *API) describeInstanceAttribute(q *query) (any, error) {
 	if attr == "" {
 		return nil, missingParam("Attribute")
 	}
-	if attr != "userData" {
-		return nil, invalidValue("Value (%s) for parameter attribute is invalid. The sim supports userData only.", truncate(attr, 64))
-	}
 	if err := checkInstanceIDs([]string{id}); err != nil {
 		return nil, err
 	}
 	all, _ := a.instances()
-	if !slices.ContainsFunc(all, func(inst instance) bool { return inst.ID == id }) {
+	i := slices.IndexFunc(all, func(inst instance) bool { return inst.ID == id })
+	if i < 0 {
 		return nil, notFoundIDs("InvalidInstanceID.NotFound", "instance", []string{id})
 	}
-	resp := &describeInstanceAttributeResponse{RequestID: q.requestID, InstanceID: id}
-	if ud := a.c.UserData(id); len(ud) > 0 {
-		resp.UserData.Value = base64.StdEncoding.EncodeToString(ud)
+	v, ok := a.attribute(all[i], attr)
+	if !ok {
+		return nil, invalidValue("Value (%s) for parameter attribute is invalid. The muster sim serves userData, instanceType, disableApiTermination, disableApiStop, ebsOptimized, enaSupport, sourceDestCheck, instanceInitiatedShutdownBehavior and rootDeviceName.", truncate(attr, 64))
 	}
+	resp := &describeInstanceAttributeResponse{RequestID: q.requestID, InstanceID: id}
+	resp.Attr.XMLName.Local, resp.Attr.Value = attr, v
 	return resp, nil
 }

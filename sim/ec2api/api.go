@@ -17,9 +17,13 @@
 // returns its reservation for the cloud's lifetime.
 //
 // The actions and their call kinds: DescribeAvailabilityZones (zones),
-// DescribeSubnets (subnets), DescribeImages, DescribeInstanceTypes and
-// DescribeInstanceAttribute (describe), RunInstances (start, instances =
-// MaxCount), DescribeInstances (list), TerminateInstances (stop).
+// DescribeSubnets (subnets), RunInstances (start, instances = MaxCount),
+// DescribeInstances (list), TerminateInstances (stop); StopInstances,
+// StartInstances, CreateTags and DeleteTags (modify); DescribeImages,
+// DescribeInstanceTypes, DescribeInstanceAttribute, DescribeTags,
+// DescribeInstanceStatus, DescribeVpcs, DescribeRegions and
+// DescribeVolumes (describe). Instances it launches are "pending" for
+// sim.Config.PendingTime, then "running".
 package ec2api
 
 import (
@@ -45,6 +49,9 @@ type Config struct {
 	// SigV4-signed with. Defaults sim.DefaultEC2AccessKey and
 	// sim.DefaultEC2SecretKey.
 	AccessKey, SecretKey string
+	// Clock is what request signatures' dates are checked against.
+	// Default muster.SystemClock.
+	Clock muster.Clock
 }
 
 // ownerID is the account that owns the sim's reservations.
@@ -57,11 +64,15 @@ const maxBody = 1 << 20
 type API struct {
 	c           *sim.Cloud
 	key, secret string
+	clock       muster.Clock
 }
 
 // New returns the EC2 API of c.
 func New(c *sim.Cloud, cfg Config) *API {
-	a := &API{c: c, key: cfg.AccessKey, secret: cfg.SecretKey}
+	a := &API{c: c, key: cfg.AccessKey, secret: cfg.SecretKey, clock: cfg.Clock}
+	if a.clock == nil {
+		a.clock = muster.SystemClock
+	}
 	if a.key == "" {
 		a.key = sim.DefaultEC2AccessKey
 	}
@@ -148,6 +159,15 @@ var actions = map[string]action{
 	"DescribeInstances":         {kind: sim.CallList, run: (*API).describeInstances},
 	"TerminateInstances":        {kind: sim.CallStop, run: (*API).terminateInstances},
 	"DescribeInstanceAttribute": {kind: sim.CallDescribe, run: (*API).describeInstanceAttribute},
+	"StopInstances":             {kind: sim.CallModify, run: (*API).stopInstances},
+	"StartInstances":            {kind: sim.CallModify, run: (*API).startInstances},
+	"CreateTags":                {kind: sim.CallModify, run: (*API).createTags},
+	"DeleteTags":                {kind: sim.CallModify, run: (*API).deleteTags},
+	"DescribeTags":              {kind: sim.CallDescribe, run: (*API).describeTags},
+	"DescribeInstanceStatus":    {kind: sim.CallDescribe, run: (*API).describeInstanceStatus},
+	"DescribeVpcs":              {kind: sim.CallDescribe, run: (*API).describeVpcs},
+	"DescribeRegions":           {kind: sim.CallDescribe, run: (*API).describeRegions},
+	"DescribeVolumes":           {kind: sim.CallDescribe, run: (*API).describeVolumes},
 }
 
 // ServeHTTP answers one request.
@@ -208,6 +228,9 @@ func (a *API) serve(r *http.Request, reqID string) (any, error) {
 	name := form.Get("Action")
 	if name == "" {
 		return nil, missingParam("Action")
+	}
+	if form.Get("Version") == "" {
+		return nil, missingParam("Version")
 	}
 	act, ok := actions[name]
 	if !ok {

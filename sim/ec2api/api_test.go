@@ -627,7 +627,7 @@ func TestEC2ErrorCodes(t *testing.T) {
 			return err
 		}, "InvalidInstanceID.NotFound", 400},
 		{"other attribute", func() error {
-			_, err := e.api.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(live), Attribute: types.InstanceAttributeNameInstanceType}, once)
+			_, err := e.api.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(live), Attribute: types.InstanceAttributeNameKernel}, once)
 			return err
 		}, "InvalidParameterValue", 400},
 	}
@@ -1143,18 +1143,28 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 func FuzzEC2Request(f *testing.F) {
 	image := "ami-" + strings.Repeat("0", 17)
 	for _, s := range []string{
-		"Action=DescribeAvailabilityZones&Version=2016-11-15&ZoneName.1=a&Filter.1.Name=state&Filter.1.Value.1=available",
-		"Action=DescribeSubnets&Version=2016-11-15&MaxResults=5&NextToken=o5&Filter.1.Name=tag:muster-space&Filter.1.Value.1=al*",
-		"Action=DescribeImages&Owner.1=099720109477&Filter.1.Name=name&Filter.1.Value.1=ubuntu/*-24.04-*",
-		"Action=DescribeInstanceTypes&MaxResults=2&InstanceType.1=s1.small",
-		"Action=RunInstances&ImageId=" + image + "&InstanceType=s1.small&MinCount=1&MaxCount=3&SubnetId=subnet-a-alpha&ClientToken=x" +
+		"Version=2016-11-15&Action=DescribeAvailabilityZones&Version=2016-11-15&ZoneName.1=a&Filter.1.Name=state&Filter.1.Value.1=available",
+		"Version=2016-11-15&Action=DescribeSubnets&Version=2016-11-15&MaxResults=5&NextToken=o5&Filter.1.Name=tag:muster-space&Filter.1.Value.1=al*",
+		"Version=2016-11-15&Action=DescribeImages&Owner.1=099720109477&Filter.1.Name=name&Filter.1.Value.1=ubuntu/*-24.04-*",
+		"Version=2016-11-15&Action=DescribeInstanceTypes&MaxResults=2&InstanceType.1=s1.small",
+		"Version=2016-11-15&Action=RunInstances&ImageId=" + image + "&InstanceType=s1.small&MinCount=1&MaxCount=3&SubnetId=subnet-a-alpha&ClientToken=x" +
 			"&TagSpecification.1.ResourceType=instance&TagSpecification.1.Tag.1.Key=k&TagSpecification.1.Tag.1.Value=v" +
 			"&BlockDeviceMapping.1.DeviceName=/dev/sdf&BlockDeviceMapping.1.Ebs.VolumeSize=2&UserData=aGk=",
-		"Action=DescribeInstances&MaxResults=5&Filter.1.Name=tag-key&Filter.1.Value.1=k&NextToken=MTIzL3ItMS8wL2ktMQ",
-		"Action=TerminateInstances&InstanceId.1=i-0123456789abcdef0&InstanceId.2=i-1",
-		"Action=DescribeInstanceAttribute&InstanceId=i-0123456789abcdef0&Attribute=userData",
-		"Action=RunInstances&MinCount=99999999999999999999&MaxCount=-1&Filter.0.Name=x&Filter.1.Value.99999=%zz",
-		"Action=DescribeInstances&InstanceId.01=i-1&Filter.1.Name=&MaxResults=1000",
+		"Version=2016-11-15&Action=DescribeInstances&MaxResults=5&Filter.1.Name=tag-key&Filter.1.Value.1=k&NextToken=MTIzL3ItMS8wL2ktMQ",
+		"Version=2016-11-15&Action=TerminateInstances&InstanceId.1=i-0123456789abcdef0&InstanceId.2=i-1",
+		"Version=2016-11-15&Action=DescribeInstanceAttribute&InstanceId=i-0123456789abcdef0&Attribute=userData",
+		"Version=2016-11-15&Action=RunInstances&MinCount=99999999999999999999&MaxCount=-1&Filter.0.Name=x&Filter.1.Value.99999=%zz",
+		"Version=2016-11-15&Action=DescribeInstances&InstanceId.01=i-1&Filter.1.Name=&MaxResults=1000",
+		"Version=2016-11-15&Action=StopInstances&InstanceId.1=i-0123456789abcdef0&Force=maybe",
+		"Version=2016-11-15&Action=StartInstances&InstanceId.1=i-0123456789abcdef0",
+		"Version=2016-11-15&Action=CreateTags&ResourceId.1=i-0123456789abcdef0&Tag.1.Key=k&Tag.1.Value=v",
+		"Version=2016-11-15&Action=DeleteTags&ResourceId.1=i-0123456789abcdef0&Tag.1.Key=k",
+		"Version=2016-11-15&Action=DescribeTags&Filter.1.Name=key&Filter.1.Value.1=k&MaxResults=5",
+		"Version=2016-11-15&Action=DescribeInstanceStatus&IncludeAllInstances=true",
+		"Version=2016-11-15&Action=DescribeVpcs&VpcId.1=vpc-1",
+		"Version=2016-11-15&Action=DescribeRegions&RegionName.1=us-east-1",
+		"Version=2016-11-15&Action=DescribeVolumes&Filter.1.Name=attachment.instance-id&Filter.1.Value.1=i-*",
+		"Action=DescribeRegions",
 		"",
 		"&&&==&",
 	} {
@@ -1172,7 +1182,7 @@ func FuzzEC2Request(f *testing.F) {
 	real := ""
 	{
 		rec := httptest.NewRecorder()
-		newServer(f).ServeHTTP(rec, signedRequest(f, "http://sim.test", "Action=DescribeImages", sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey))
+		newServer(f).ServeHTTP(rec, signedRequest(f, "http://sim.test", "Version=2016-11-15&Action=DescribeImages", sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey))
 		var r struct {
 			IDs []string `xml:"imagesSet>item>imageId"`
 		}

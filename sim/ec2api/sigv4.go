@@ -16,10 +16,15 @@ import (
 // Verification of AWS Signature Version 4 (header form, as the AWS SDKs
 // sign): the sim rebuilds the canonical request from what it received and
 // the headers the client says it signed, derives the signing key from its
-// own secret and compares signatures. Signing time is not checked against
-// the sim's clock, which may be a test's fake one.
+// own secret and compares signatures. A request dated more than maxSkew
+// away from the API's clock (Config.Clock, not the cloud's, which may be
+// a test's fake one) is refused with RequestExpired, as AWS does.
 
 const sigV4Algorithm = "AWS4-HMAC-SHA256"
+
+// maxSkew is how far a request's X-Amz-Date may be from the API's clock
+// (AWS's common RequestExpired error: 15 minutes either way).
+const maxSkew = 15 * time.Minute
 
 // sigV4Auth is a parsed Authorization header.
 type sigV4Auth struct {
@@ -75,8 +80,12 @@ func (api *API) verifySigV4(r *http.Request, body []byte) (string, *apiError) {
 		return "", newError(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials")
 	}
 	amzDate := r.Header.Get("X-Amz-Date")
-	if _, err := time.Parse("20060102T150405Z", amzDate); err != nil {
+	signed, err := time.Parse("20060102T150405Z", amzDate)
+	if err != nil {
 		return "", newError(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: missing or bad X-Amz-Date")
+	}
+	if now := api.clock.Now(); signed.Before(now.Add(-maxSkew)) || signed.After(now.Add(maxSkew)) {
+		return "", newError(http.StatusBadRequest, "RequestExpired", "Request has expired: it is dated %s, more than %s from the server's time %s", amzDate, maxSkew, now.UTC().Format("20060102T150405Z"))
 	}
 	mismatch := func(why string) *apiError {
 		return newError(http.StatusForbidden, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided: %s", why)

@@ -187,7 +187,133 @@ type describeInstanceAttributeResponse struct {
 	XMLName    xml.Name `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeInstanceAttributeResponse"`
 	RequestID  string   `xml:"requestId"`
 	InstanceID string   `xml:"instanceId"`
-	UserData   struct {
-		Value string `xml:"value,omitempty"`
-	} `xml:"userData"`
+	// Attr is the one attribute asked for: its XMLName is the
+	// attribute's name.
+	Attr xmlNamedValue
+}
+
+type xmlNamedValue struct {
+	XMLName xml.Name
+	Value   string `xml:"value,omitempty"`
+}
+
+type stopInstancesResponse struct {
+	XMLName   xml.Name         `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ StopInstancesResponse"`
+	RequestID string           `xml:"requestId"`
+	Instances []xmlStateChange `xml:"instancesSet>item"`
+}
+
+type startInstancesResponse struct {
+	XMLName   xml.Name         `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ StartInstancesResponse"`
+	RequestID string           `xml:"requestId"`
+	Instances []xmlStateChange `xml:"instancesSet>item"`
+}
+
+type createTagsResponse struct {
+	XMLName   xml.Name `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ CreateTagsResponse"`
+	RequestID string   `xml:"requestId"`
+	Return    bool     `xml:"return"`
+}
+
+type deleteTagsResponse struct {
+	XMLName   xml.Name `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DeleteTagsResponse"`
+	RequestID string   `xml:"requestId"`
+	Return    bool     `xml:"return"`
+}
+
+type xmlResourceTag struct {
+	ResourceID   string `xml:"resourceId"`
+	ResourceType string `xml:"resourceType"`
+	Key          string `xml:"key"`
+	Value        string `xml:"value"`
+}
+
+type describeTagsResponse struct {
+	XMLName   xml.Name         `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeTagsResponse"`
+	RequestID string           `xml:"requestId"`
+	Tags      []xmlResourceTag `xml:"tagSet>item"`
+	NextToken string           `xml:"nextToken,omitempty"`
+}
+
+type xmlStatusDetail struct {
+	Name   string `xml:"name"`
+	Status string `xml:"status"`
+}
+
+type xmlStatus struct {
+	Status  string            `xml:"status"`
+	Details []xmlStatusDetail `xml:"details>item"`
+}
+
+type xmlInstanceStatus struct {
+	InstanceID       string    `xml:"instanceId"`
+	AvailabilityZone string    `xml:"availabilityZone"`
+	State            xmlState  `xml:"instanceState"`
+	SystemStatus     xmlStatus `xml:"systemStatus"`
+	InstanceStatus   xmlStatus `xml:"instanceStatus"`
+}
+
+type describeInstanceStatusResponse struct {
+	XMLName   xml.Name            `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeInstanceStatusResponse"`
+	RequestID string              `xml:"requestId"`
+	Statuses  []xmlInstanceStatus `xml:"instanceStatusSet>item"`
+	NextToken string              `xml:"nextToken,omitempty"`
+}
+
+type xmlVpc struct {
+	VpcID           string   `xml:"vpcId"`
+	OwnerID         string   `xml:"ownerId"`
+	State           string   `xml:"state"`
+	CIDRBlock       string   `xml:"cidrBlock"`
+	DhcpOptionsID   string   `xml:"dhcpOptionsId"`
+	InstanceTenancy string   `xml:"instanceTenancy"`
+	IsDefault       bool     `xml:"isDefault"`
+	Tags            []xmlTag `xml:"tagSet>item"`
+}
+
+type describeVpcsResponse struct {
+	XMLName   xml.Name `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeVpcsResponse"`
+	RequestID string   `xml:"requestId"`
+	Vpcs      []xmlVpc `xml:"vpcSet>item"`
+	NextToken string   `xml:"nextToken,omitempty"`
+}
+
+type xmlRegion struct {
+	RegionName     string `xml:"regionName"`
+	RegionEndpoint string `xml:"regionEndpoint"`
+	OptInStatus    string `xml:"optInStatus"`
+}
+
+type describeRegionsResponse struct {
+	XMLName   xml.Name    `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeRegionsResponse"`
+	RequestID string      `xml:"requestId"`
+	Regions   []xmlRegion `xml:"regionInfo>item"`
+}
+
+type xmlVolumeAttachment struct {
+	VolumeID            string `xml:"volumeId"`
+	InstanceID          string `xml:"instanceId"`
+	Device              string `xml:"device"`
+	Status              string `xml:"status"`
+	AttachTime          string `xml:"attachTime"`
+	DeleteOnTermination bool   `xml:"deleteOnTermination"`
+}
+
+type xmlVolume struct {
+	VolumeID         string                `xml:"volumeId"`
+	Size             uint64                `xml:"size"`
+	AvailabilityZone string                `xml:"availabilityZone"`
+	Status           string                `xml:"status"`
+	CreateTime       string                `xml:"createTime"`
+	VolumeType       string                `xml:"volumeType"`
+	Encrypted        bool                  `xml:"encrypted"`
+	Attachments      []xmlVolumeAttachment `xml:"attachmentSet>item"`
+	Tags             []xmlTag              `xml:"tagSet>item"`
+}
+
+type describeVolumesResponse struct {
+	XMLName   xml.Name    `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeVolumesResponse"`
+	RequestID string      `xml:"requestId"`
+	Volumes   []xmlVolume `xml:"volumeSet>item"`
+	NextToken string      `xml:"nextToken,omitempty"`
 }
