@@ -18,6 +18,7 @@ func newSimServeCmd() *cobra.Command {
 		maxBatch int
 		seed     uint64
 		delay    time.Duration
+		pending  time.Duration
 
 		ec2Key, ec2Secret string
 	)
@@ -41,6 +42,9 @@ its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 			if delay < 0 {
 				return usageErrorf("--save-delay %s is negative", delay)
 			}
+			if pending < 0 {
+				return usageErrorf("--pending-time %s is negative", pending)
+			}
 			if maxBatch < 0 {
 				return usageErrorf("--max-batch %d is negative", maxBatch)
 			}
@@ -50,7 +54,7 @@ its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 			out := cmd.OutOrStdout()
 			return simserver.Run(cmd.Context(), simserver.Config{
 				Listen: listen,
-				Cloud:  sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay},
+				Cloud:  sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay, PendingTime: pending},
 				EC2:    ec2api.Config{AccessKey: ec2Key, SecretKey: ec2Secret},
 				Ready: func(url, key, secret string) {
 					fmt.Fprintf(out, "sim listening on %s\n", url)
@@ -65,6 +69,7 @@ its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 	cmd.Flags().IntVar(&maxBatch, "max-batch", sim.DefaultMaxBatch, "largest number of instances one start call may start")
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed for latency jitter and injected faults (0: random)")
 	cmd.Flags().DurationVar(&delay, "save-delay", 0, "batch state file writes over this long (0: write every change at once)")
+	cmd.Flags().DurationVar(&pending, "pending-time", 2*time.Second, "how long an instance launched through the EC2 API stays pending before it runs")
 	cmd.Flags().StringVar(&ec2Key, "ec2-access-key", "", "access key id of the EC2 endpoint (default "+sim.DefaultEC2AccessKey+")")
 	cmd.Flags().StringVar(&ec2Secret, "ec2-secret-key", "", "secret access key of the EC2 endpoint (default: the sim's well-known one)")
 	return cmd

@@ -299,6 +299,26 @@ func (inst instance) xml(subnets []sim.SubnetState, region string) xmlInstance {
 	return x
 }
 
+func firstN(s []string, n int) []string { return s[:min(len(s), n)] }
+
+func privateDNSNames(addrs []string, region string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = privateDNSName(a, region)
+	}
+	return out
+}
+
+func subnetIDs(subnets []sim.SubnetState, addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		if s := subnetOf(subnets, a); s != nil {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
 func sortedTags(tags map[string]string) []xmlTag {
 	keys := make([]string, 0, len(tags))
 	for k := range tags {
@@ -356,6 +376,18 @@ func (a *API) describeInstances(q *query) (any, error) {
 			"reservation-id":      {inst.a.ReservationID},
 			"subnet-id":           {inst.a.SubnetID},
 			"image-id":            {inst.a.ImageID},
+			"instance-state-code": {strconv.Itoa(ec2State(inst.State).Code)},
+			"architecture":        {ec2Arch(inst.Arch)},
+			"vpc-id":              {vpcID},
+			"private-ip-address":  firstN(inst.Addresses, 1),
+			"private-dns-name":    privateDNSNames(firstN(inst.Addresses, 1), q.region),
+			"network-interface.addresses.private-ip-address": inst.Addresses,
+			"network-interface.subnet-id":                    subnetIDs(subnets, inst.Addresses),
+			"root-device-type":                               {"ebs"},
+			"root-device-name":                               {rootDevice},
+			"launch-index":                                   {strconv.Itoa(inst.a.LaunchIndex)},
+			"tenancy":                                        {"default"},
+			"owner-id":                                       {ownerID},
 		}}
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -53,6 +54,9 @@ var volumeTypes = []string{"standard", "io1", "io2", "gp2", "gp3", "sc1", "st1"}
 
 func (a *API) parseRun(form url.Values) (*runRequest, error) {
 	r := &runRequest{imageID: form.Get("ImageId"), instanceType: form.Get("InstanceType"), tags: map[string]string{}}
+	if err := checkRunParams(form); err != nil {
+		return nil, err
+	}
 	if r.imageID == "" {
 		return nil, missingParam("ImageId")
 	}
@@ -92,6 +96,12 @@ func (a *API) parseRun(form url.Values) (*runRequest, error) {
 	}
 	r.typ = it
 	r.subnetID = form.Get("SubnetId")
+	if nic := form.Get("NetworkInterface.1.SubnetId"); nic != "" {
+		if r.subnetID != "" {
+			return nil, newError(http.StatusBadRequest, "InvalidParameterCombination", "Network interfaces and an instance-level subnet ID may not be specified on the same request")
+		}
+		r.subnetID = nic
+	}
 	r.zone = form.Get("Placement.AvailabilityZone")
 	r.clientToken = form.Get("ClientToken")
 	if len(r.clientToken) > 64 {
@@ -121,11 +131,68 @@ func (a *API) parseRun(form url.Values) (*runRequest, error) {
 	return r, nil
 }
 
-// fingerprint sums up what a repeat of a client token must ask again:
-// image, type, counts, subnet and zone.
-func (r *runRequest) fingerprint() string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{r.imageID, r.instanceType, strconv.Itoa(r.min), strconv.Itoa(r.max), r.subnetID, r.zone}, "\x00")))
-	return hex.EncodeToString(sum[:])
+// runParams are the RunInstances parameters the sim takes (a trailing
+// "." takes every parameter under it), each with the values it accepts
+// (nil: any); anything else is refused, so that a client never gets an
+// instance other than it asked for.
+var runParams = map[string][]string{
+	"Action": nil, "Version": nil, "DryRun": nil, "ImageId": nil, "InstanceType": nil, "MinCount": nil, "MaxCount": nil,
+	"SubnetId": nil, "Placement.AvailabilityZone": nil, "ClientToken": nil, "UserData": nil,
+	"TagSpecification.": nil, "BlockDeviceMapping.": nil,
+	"Placement.Tenancy":                           {"default"},
+	"Monitoring.Enabled":                          {"false"},
+	"DisableApiTermination":                       {"false"},
+	"DisableApiStop":                              {"false"},
+	"EbsOptimized":                                {"false"},
+	"InstanceInitiatedShutdownBehavior":           {"stop"},
+	"NetworkInterface.1.DeviceIndex":              {"0"},
+	"NetworkInterface.1.SubnetId":                 nil,
+	"NetworkInterface.1.DeleteOnTermination":      {"true"},
+	"NetworkInterface.1.AssociatePublicIpAddress": {"false"},
+}
+
+// checkRunParams refuses the parameters the sim does not simulate: key
+// pairs and security groups (the sim has none), IAM instance profiles,
+// market options, private addresses, other network interfaces, ...
+func checkRunParams(form url.Values) error {
+	for _, k := range slices.Sorted(maps.Keys(form)) {
+		ok, vals := false, []string(nil)
+		for p, v := range runParams {
+			if k == p || strings.HasSuffix(p, ".") && strings.HasPrefix(k, p) {
+				ok, vals = true, v
+				break
+			}
+		}
+		switch {
+		case k == "KeyName":
+			return newError(http.StatusBadRequest, "InvalidKeyPair.NotFound", "The key pair '%s' does not exist", truncate(form.Get(k), 64))
+		case strings.HasPrefix(k, "SecurityGroup"):
+			return newError(http.StatusBadRequest, "InvalidGroup.NotFound", "The security group '%s' does not exist (the muster sim has no security groups)", truncate(form.Get(k), 64))
+		case !ok:
+			return unsupported(k)
+		case vals != nil && !slices.Contains(vals, form.Get(k)):
+			return newError(http.StatusBadRequest, "Unsupported", "The value '%s' of %s is not supported by the muster sim (it takes %s)", truncate(form.Get(k), 64), k, strings.Join(vals, ", "))
+		}
+	}
+	return nil
+}
+
+// fingerprint sums up a request's parameters but its client token and
+// user data, so that a repeat with other parameters is told from a retry.
+// User data is left out because muster's ec2 provider writes new agent
+// credentials into it when it repeats a start after a crash (see the
+// report of issue 16); EC2 itself compares it too.
+func fingerprint(form url.Values) string {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(form)) {
+		if k == "ClientToken" || k == "Version" || k == "UserData" || k == "DryRun" {
+			continue
+		}
+		for _, v := range form[k] {
+			h.Write([]byte(strconv.Quote(k) + "=" + strconv.Quote(v) + "\n"))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (r *runRequest) parseTags(form url.Values) error {
@@ -256,7 +323,7 @@ func (a *API) runInstances(q *query) (any, error) {
 		return nil, invalidValue("Invalid availability zone: [%s]", truncate(r.zone, 64))
 	}
 	lr := sim.LaunchRequest{
-		ClientToken: r.clientToken, Fingerprint: r.fingerprint(), Zone: r.zone, SubnetID: r.subnetID,
+		ClientToken: r.clientToken, Fingerprint: fingerprint(q.form), Zone: r.zone, SubnetID: r.subnetID,
 		Type: r.typ, Base: r.image.base, Min: r.min, Max: r.max, RootDisk: r.rootDisk, Tags: r.tags, UserData: r.userData,
 		Attrs: sim.EC2Attrs{ImageID: r.imageID, KeepVolumes: r.keepVolumes},
 	}
