@@ -95,10 +95,14 @@ func (a *API) describeSubnets(q *query) (any, error) {
 	page, next, err := describe(q, all, paging{minMax: 5, maxMax: 1000, tagged: true}, func(x xmlSubnet) row {
 		return row{tags: tagMap(x.Tags), fields: map[string][]string{
 			"availability-zone": {x.AvailabilityZone},
+			"availabilityZone":  {x.AvailabilityZone},
 			"subnet-id":         {x.SubnetID},
 			"default-for-az":    {strconv.FormatBool(x.DefaultForAz)},
+			"defaultForAz":      {strconv.FormatBool(x.DefaultForAz)},
 			"vpc-id":            {x.VpcID},
 			"cidr-block":        {x.CIDRBlock},
+			"cidrBlock":         {x.CIDRBlock},
+			"cidr":              {x.CIDRBlock},
 			"state":             {x.State},
 		}}
 	})
@@ -266,8 +270,9 @@ func (inst instance) xml(subnets []sim.SubnetState, region string) xmlInstance {
 		Placement: xmlPlacement{AvailabilityZone: inst.Zone, Tenancy: "default"},
 		SubnetID:  a.SubnetID, VpcID: vpcID, Architecture: ec2Arch(inst.Arch),
 		RootDeviceType: "ebs", RootDeviceName: rootDevice, ClientToken: a.ClientToken,
-		Tags: sortedTags(inst.Tags),
+		Tags: sortedTags(inst.Tags), SourceDestCheck: true, VirtualizationType: "hvm", Hypervisor: "xen",
 	}
+	x.Monitoring.State = "disabled"
 	if inst.State == "terminated" {
 		return x // EC2 shows no addresses or volumes of a terminated instance
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,8 +36,9 @@ func needClients(t *testing.T, commands ...string) {
 }
 
 // serve runs a sim server as `muster sim serve` does, with state file
-// state ("" for none), until the test ends; it returns its URL.
-func serve(t *testing.T, state string) string {
+// state ("" for none), until the test ends or stop is called; it returns
+// its URL.
+func serve(t *testing.T, state string) (url string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	urls := make(chan string, 1)
@@ -47,20 +50,23 @@ func serve(t *testing.T, state string) string {
 			Ready:  func(url, _, _ string) { urls <- url },
 		})
 	}()
-	var url string
 	select {
 	case url = <-urls:
 	case err := <-done:
 		cancel()
 		t.Fatalf("sim server: %v", err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sim server: %v", err)
-		}
-	})
-	return url
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("sim server: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return url, stop
 }
 
 // clientEnv is the environment of a client process: the sim's keys, a
@@ -147,7 +153,7 @@ func (r cliReservations) instances() []cliInstance {
 func TestAWSCLI(t *testing.T) {
 	needClients(t, "aws")
 	state := filepath.Join(t.TempDir(), "sim.json")
-	url := serve(t, state)
+	url, stop := serve(t, state)
 	cli := awsCLI{t: t, url: url, env: clientEnv(t)}
 
 	var imgs struct {
@@ -269,4 +275,116 @@ func TestAWSCLI(t *testing.T) {
 	cli.must(nil, "wait", "instance-terminated", "--instance-ids", ids[0])
 	cli.fails("IncorrectInstanceState", "start-instances", "--instance-ids", ids[0])
 	cli.fails("InvalidInstanceID.NotFound", "terminate-instances", "--instance-ids", "i-0123456789abcdef0")
+
+	// After a restart from the state file, tag filters work, though one
+	// instance has no tags left (issue 16).
+	stop()
+	url, _ = serve(t, state)
+	cli.url = url
+	var after cliReservations
+	cli.must(&after, "describe-instances", "--filters", "Name=tag:role,Values=db")
+	if got := after.instances(); len(got) != 1 || got[0].InstanceId != ids[0] {
+		t.Errorf("describe-instances --filters Name=tag:role,Values=db after a restart: got %+v, want %s", got, ids[0])
+	}
+}
+
+func TestBoto3(t *testing.T) {
+	needClients(t, "python3")
+	if err := exec.Command("python3", "-c", "import boto3").Run(); err != nil {
+		t.Fatalf("MUSTER_TEST_AWSCLI=1 but python3 cannot import boto3 (apt-get install python3-boto3): %v", err)
+	}
+	url, _ := serve(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "python3", filepath.Join("testdata", "boto3_check.py"), url)
+	cmd.Env = clientEnv(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("boto3 check: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "boto3 check passed") {
+		t.Fatalf("boto3 check said: %s", out)
+	}
+}
+
+// terraformMirror returns a filesystem mirror of Terraform providers that
+// holds hashicorp/aws: $MUSTER_TEST_TERRAFORM_MIRROR, or one of the usual
+// places; "" when there is none.
+func terraformMirror() string {
+	dirs := []string{os.Getenv("MUSTER_TEST_TERRAFORM_MIRROR"), "/opt/tf-plugins", "/usr/share/terraform/plugins", "/usr/local/share/terraform/plugins"}
+	if home, err := os.UserHomeDir(); err == nil {
+		dirs = append(dirs, filepath.Join(home, ".terraform.d", "plugins"))
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join(d, "registry.terraform.io", "hashicorp", "aws")); err == nil && st.IsDir() {
+			return d
+		}
+	}
+	return ""
+}
+
+// TestTerraform applies an aws_instance with data sources against the
+// sim, checks that a plan then shows no change, and destroys it. It runs
+// where terraform and a filesystem mirror of hashicorp/aws are installed
+// (nothing is downloaded).
+func TestTerraform(t *testing.T) {
+	if os.Getenv("MUSTER_TEST_AWSCLI") != "1" {
+		t.Skip("set MUSTER_TEST_AWSCLI=1 (and install terraform with a filesystem mirror of hashicorp/aws) to run Terraform against the sim")
+	}
+	if _, err := exec.LookPath("terraform"); err != nil {
+		t.Skip("terraform is not installed: the Terraform suite does not run")
+	}
+	mirror := terraformMirror()
+	if mirror == "" {
+		t.Skip("no filesystem mirror with registry.terraform.io/hashicorp/aws (set MUSTER_TEST_TERRAFORM_MIRROR): the Terraform suite does not run")
+	}
+	url, _ := serve(t, "")
+	dir := t.TempDir()
+	main, err := os.ReadFile(filepath.Join("testdata", "terraform", "main.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := filepath.Join(dir, "terraformrc")
+	cfg := fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path = %q\n  }\n}\n", mirror)
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), main, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(clientEnv(t), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1", "TF_VAR_endpoint="+url)
+	tf := func(args ...string) (string, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "terraform", append([]string{"-chdir=" + dir}, args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := tf(args...)
+		if err != nil {
+			t.Fatalf("terraform %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	must("init", "-no-color")
+	must("apply", "-auto-approve", "-no-color")
+	id := strings.Trim(strings.TrimSpace(must("output", "-raw", "instance")), `"`)
+	if zone := strings.TrimSpace(must("output", "-raw", "zone")); zone != "us-east-1b" || !strings.HasPrefix(id, "i-") {
+		t.Errorf("terraform outputs: instance %q in zone %q, want an instance in us-east-1b", id, zone)
+	}
+	// -detailed-exitcode: 0 no changes, 2 changes.
+	if out, err := tf("plan", "-detailed-exitcode", "-no-color"); err != nil {
+		t.Errorf("plan after apply is not empty (%v):\n%s", err, out)
+	}
+	must("destroy", "-auto-approve", "-no-color")
+	if out, err := tf("plan", "-destroy", "-detailed-exitcode", "-no-color"); err != nil {
+		t.Errorf("plan -destroy after destroy is not empty (%v):\n%s", err, out)
+	}
 }

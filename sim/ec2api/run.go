@@ -144,6 +144,7 @@ var runParams = map[string][]string{
 	"DisableApiTermination":                       {"false"},
 	"DisableApiStop":                              {"false"},
 	"EbsOptimized":                                {"false"},
+	"HibernationOptions.Configured":               {"false"},
 	"InstanceInitiatedShutdownBehavior":           {"stop"},
 	"NetworkInterface.1.DeviceIndex":              {"0"},
 	"NetworkInterface.1.SubnetId":                 nil,

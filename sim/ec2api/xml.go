@@ -55,24 +55,31 @@ type xmlNIC struct {
 }
 
 type xmlInstance struct {
-	InstanceID     string           `xml:"instanceId"`
-	ImageID        string           `xml:"imageId"`
-	State          xmlState         `xml:"instanceState"`
-	PrivateDNSName string           `xml:"privateDnsName"`
-	AmiLaunchIndex int              `xml:"amiLaunchIndex"`
-	InstanceType   string           `xml:"instanceType"`
-	LaunchTime     string           `xml:"launchTime"`
-	Placement      xmlPlacement     `xml:"placement"`
-	SubnetID       string           `xml:"subnetId,omitempty"`
-	VpcID          string           `xml:"vpcId,omitempty"`
-	PrivateIP      string           `xml:"privateIpAddress,omitempty"`
-	Architecture   string           `xml:"architecture"`
-	RootDeviceType string           `xml:"rootDeviceType"`
-	RootDeviceName string           `xml:"rootDeviceName"`
-	BlockDevices   []xmlBlockDevice `xml:"blockDeviceMapping>item"`
-	ClientToken    string           `xml:"clientToken,omitempty"`
-	Tags           []xmlTag         `xml:"tagSet>item"`
-	NICs           []xmlNIC         `xml:"networkInterfaceSet>item"`
+	InstanceID         string           `xml:"instanceId"`
+	ImageID            string           `xml:"imageId"`
+	State              xmlState         `xml:"instanceState"`
+	PrivateDNSName     string           `xml:"privateDnsName"`
+	AmiLaunchIndex     int              `xml:"amiLaunchIndex"`
+	InstanceType       string           `xml:"instanceType"`
+	LaunchTime         string           `xml:"launchTime"`
+	Placement          xmlPlacement     `xml:"placement"`
+	SubnetID           string           `xml:"subnetId,omitempty"`
+	VpcID              string           `xml:"vpcId,omitempty"`
+	PrivateIP          string           `xml:"privateIpAddress,omitempty"`
+	Architecture       string           `xml:"architecture"`
+	RootDeviceType     string           `xml:"rootDeviceType"`
+	RootDeviceName     string           `xml:"rootDeviceName"`
+	BlockDevices       []xmlBlockDevice `xml:"blockDeviceMapping>item"`
+	ClientToken        string           `xml:"clientToken,omitempty"`
+	SourceDestCheck    bool             `xml:"sourceDestCheck"`
+	EbsOptimized       bool             `xml:"ebsOptimized"`
+	VirtualizationType string           `xml:"virtualizationType"`
+	Hypervisor         string           `xml:"hypervisor"`
+	Monitoring         struct {
+		State string `xml:"state"`
+	} `xml:"monitoring"`
+	Tags []xmlTag `xml:"tagSet>item"`
+	NICs []xmlNIC `xml:"networkInterfaceSet>item"`
 }
 
 type xmlReservation struct {
