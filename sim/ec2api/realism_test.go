@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -127,7 +128,9 @@ func TestEC2Tags(t *testing.T) {
 		}
 		return got
 	}
-	if got, want := describe(filter("resource-id", a, b)), []string{a + ":role=db", a + ":team=blue", b + ":team=red"}; !reflect.DeepEqual(got, want) {
+	want := []string{a + ":role=db", a + ":team=blue", b + ":team=red"}
+	sort.Strings(want) // DescribeTags lists by resource id, then key
+	if got := describe(filter("resource-id", a, b)); !reflect.DeepEqual(got, want) {
 		t.Errorf("DescribeTags: got %v, want %v (a DeleteTags with another value deletes nothing)", got, want)
 	}
 	if _, err := e.api.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{b}, Tags: []types.Tag{{Key: aws.String("team")}}}); err != nil {
