@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -350,7 +352,7 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 		inSpace = true
 		c.subnets = append(c.subnets, &subnet{
 			Subnet: muster.Subnet{
-				ID:    "subnet-" + zc.Name + "-" + sp.Name,
+				ID:    SubnetID(zc.Name, sp.Name),
 				CIDR:  fmt.Sprintf("10.%d.%d.0/20", n, 16*j),
 				Zone:  zc.Name,
 				Space: sp.Name,
@@ -361,12 +363,20 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 	}
 	if !inSpace {
 		c.subnets = append(c.subnets, &subnet{
-			Subnet: muster.Subnet{ID: "subnet-" + zc.Name, CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
+			Subnet: muster.Subnet{ID: SubnetID(zc.Name, ""), CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
 			prefix: [3]byte{10, byte(n), 0},
 			next:   firstHost,
 		})
 	}
 	return nil
+}
+
+// SubnetID is the id of the subnet of a zone in a space ("" for the
+// subnet of a zone in no space): "subnet-" and 17 hex digits, as EC2's,
+// the same in every cloud and across restarts.
+func SubnetID(zone, space string) string {
+	sum := sha256.Sum256([]byte("muster-sim-subnet/" + zone + "/" + space))
+	return "subnet-" + hex.EncodeToString(sum[:])[:17]
 }
 
 // alloc returns a free address of s, or "" when s is full; c.mu is held.

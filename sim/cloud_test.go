@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -432,17 +433,22 @@ func TestSubnetsSpacesAndDeriveZones(t *testing.T) {
 		got = append(got, s.ID+" "+s.CIDR+" "+s.Zone+" "+s.Space)
 	}
 	want := []string{
-		"subnet-a-alpha 10.1.0.0/20 a alpha",
-		"subnet-b-alpha 10.2.0.0/20 b alpha",
-		"subnet-b-beta 10.2.16.0/20 b beta",
-		"subnet-c-alpha 10.3.0.0/20 c alpha",
-		"subnet-c-beta 10.3.16.0/20 c beta",
+		sim.SubnetID("a", "alpha") + " 10.1.0.0/20 a alpha",
+		sim.SubnetID("b", "alpha") + " 10.2.0.0/20 b alpha",
+		sim.SubnetID("b", "beta") + " 10.2.16.0/20 b beta",
+		sim.SubnetID("c", "alpha") + " 10.3.0.0/20 c alpha",
+		sim.SubnetID("c", "beta") + " 10.3.16.0/20 c beta",
+	}
+	for _, s := range subnets {
+		if !regexp.MustCompile(`^subnet-[0-9a-f]{17}$`).MatchString(s.ID) {
+			t.Errorf("subnet id %q is not shaped as EC2's (subnet- and 17 hex digits)", s.ID)
+		}
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got subnets\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	beta := map[string][]string{"subnet-b-beta": {"b"}, "subnet-c-beta": {"c"}}
-	alpha := map[string][]string{"subnet-a-alpha": {"a"}, "subnet-b-alpha": {"b"}, "subnet-c-alpha": {"c"}}
+	beta := map[string][]string{sim.SubnetID("b", "beta"): {"b"}, sim.SubnetID("c", "beta"): {"c"}}
+	alpha := map[string][]string{sim.SubnetID("a", "alpha"): {"a"}, sim.SubnetID("b", "alpha"): {"b"}, sim.SubnetID("c", "alpha"): {"c"}}
 	tests := []struct {
 		name    string
 		p       muster.StartParams

@@ -21,8 +21,8 @@
 //
 // Zone capacity is counted in cores; Unlimited (-1) never runs out, 0 fits
 // nothing. Stopping an instance frees its cores. The i-th zone (from 0)
-// has, for the j-th space that includes it, a subnet "subnet-ZONE-SPACE"
-// with CIDR 10.<i+1>.<16j>.0/20 (a zone in no space gets "subnet-ZONE",
+// has, for the j-th space that includes it, a subnet SubnetID(ZONE, SPACE)
+// with CIDR 10.<i+1>.<16j>.0/20 (a zone in no space gets SubnetID(ZONE, ""),
 // 10.<i+1>.0.0/20); an instance gets one address per requested space, or
 // one in its zone's first subnet.
 //

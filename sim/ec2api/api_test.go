@@ -268,21 +268,21 @@ func TestEC2ZonesAndSubnets(t *testing.T) {
 		t.Fatalf("got %d subnets in %d pages, want 6 in 2", len(subnets), pages)
 	}
 	sa := subnets[0]
-	if aws.ToString(sa.SubnetId) != "subnet-a-alpha" || aws.ToString(sa.CidrBlock) != "10.1.0.0/20" || aws.ToString(sa.AvailabilityZone) != "a" ||
+	if aws.ToString(sa.SubnetId) != sim.SubnetID("a", "alpha") || aws.ToString(sa.CidrBlock) != "10.1.0.0/20" || aws.ToString(sa.AvailabilityZone) != "a" ||
 		!aws.ToBool(sa.DefaultForAz) || sa.State != types.SubnetStateAvailable || !strings.HasPrefix(aws.ToString(sa.VpcId), "vpc-") ||
 		aws.ToInt32(sa.AvailableIpAddressCount) != 4091 || len(sa.Tags) != 1 || aws.ToString(sa.Tags[0].Key) != "muster-space" || aws.ToString(sa.Tags[0].Value) != "alpha" {
 		t.Errorf("first subnet: got %+v", sa)
 	}
-	if aws.ToBool(subnets[1].DefaultForAz) || aws.ToString(subnets[1].SubnetId) != "subnet-a-beta" {
+	if aws.ToBool(subnets[1].DefaultForAz) || aws.ToString(subnets[1].SubnetId) != sim.SubnetID("a", "beta") {
 		t.Errorf("second subnet: got %s default %v, want subnet-a-beta, not default", aws.ToString(subnets[1].SubnetId), aws.ToBool(subnets[1].DefaultForAz))
 	}
 	def, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("availability-zone", "c"), filter("default-for-az", "true")}})
-	if err != nil || len(def.Subnets) != 1 || aws.ToString(def.Subnets[0].SubnetId) != "subnet-c-alpha" {
+	if err != nil || len(def.Subnets) != 1 || aws.ToString(def.Subnets[0].SubnetId) != sim.SubnetID("c", "alpha") {
 		t.Errorf("zone c default subnet: got %+v, %v", def, err)
 	}
 	// An instance takes an address.
-	e.run(t, e.runIn(t, "subnet-c-beta", 1, 1, nil))
-	byID, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{"subnet-c-beta"}})
+	e.run(t, e.runIn(t, sim.SubnetID("c", "beta"), 1, 1, nil))
+	byID, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{sim.SubnetID("c", "beta")}})
 	if err != nil || len(byID.Subnets) != 1 || aws.ToInt32(byID.Subnets[0].AvailableIpAddressCount) != 4090 {
 		t.Errorf("subnet-c-beta after a start: got %+v, %v, want 4090 free addresses", byID, err)
 	}
@@ -385,7 +385,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 	image := e.image(t, "22.04", "arm64")
 	out := e.run(t, &ec2.RunInstancesInput{
 		ImageId: aws.String(image), InstanceType: "s1.medium", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
-		SubnetId: aws.String("subnet-b-beta"), ClientToken: aws.String("token-1"),
+		SubnetId: aws.String(sim.SubnetID("b", "beta")), ClientToken: aws.String("token-1"),
 		TagSpecifications: append(instanceTags("Name", "web-0", "team", "blue"),
 			types.TagSpecification{ResourceType: types.ResourceTypeVolume, Tags: []types.Tag{{Key: aws.String("v"), Value: aws.String("1")}}}),
 		BlockDeviceMappings: []types.BlockDeviceMapping{
@@ -402,7 +402,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 	if !strings.HasPrefix(id, "i-") || aws.ToString(in.ImageId) != image || in.InstanceType != "s1.medium" ||
 		in.State.Name != types.InstanceStateNameRunning || aws.ToInt32(in.State.Code) != 16 ||
 		aws.ToString(in.Placement.AvailabilityZone) != "b" || in.Placement.Tenancy != types.TenancyDefault ||
-		aws.ToString(in.SubnetId) != "subnet-b-beta" || !strings.HasPrefix(aws.ToString(in.VpcId), "vpc-") ||
+		aws.ToString(in.SubnetId) != sim.SubnetID("b", "beta") || !strings.HasPrefix(aws.ToString(in.VpcId), "vpc-") ||
 		!strings.HasPrefix(ip, "10.2.16.") || aws.ToString(in.PrivateDnsName) != "ip-"+strings.ReplaceAll(ip, ".", "-")+".ec2.internal" ||
 		in.Architecture != types.ArchitectureValuesArm64 || in.RootDeviceType != types.DeviceTypeEbs || aws.ToString(in.RootDeviceName) != "/dev/sda1" ||
 		aws.ToString(in.ClientToken) != "token-1" || aws.ToInt32(in.AmiLaunchIndex) != 0 || in.LaunchTime == nil || !in.LaunchTime.Equal(epoch) {
@@ -426,7 +426,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 		t.Errorf("got tags %v, want %v", tags, want)
 	}
 	if len(in.NetworkInterfaces) != 1 || aws.ToString(in.NetworkInterfaces[0].PrivateIpAddress) != ip ||
-		aws.ToString(in.NetworkInterfaces[0].SubnetId) != "subnet-b-beta" || aws.ToInt32(in.NetworkInterfaces[0].Attachment.DeviceIndex) != 0 ||
+		aws.ToString(in.NetworkInterfaces[0].SubnetId) != sim.SubnetID("b", "beta") || aws.ToInt32(in.NetworkInterfaces[0].Attachment.DeviceIndex) != 0 ||
 		!strings.HasPrefix(aws.ToString(in.NetworkInterfaces[0].NetworkInterfaceId), "eni-") {
 		t.Errorf("got network interfaces %+v", in.NetworkInterfaces)
 	}
@@ -447,7 +447,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 	// placement picks the least used zone.
 	az := e.run(t, &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
 		Placement: &types.Placement{AvailabilityZone: aws.String("c")}})
-	if aws.ToString(az.Instances[0].SubnetId) != "subnet-c-alpha" {
+	if aws.ToString(az.Instances[0].SubnetId) != sim.SubnetID("c", "alpha") {
 		t.Errorf("placement c: got subnet %s, want subnet-c-alpha", aws.ToString(az.Instances[0].SubnetId))
 	}
 	anyZone := e.run(t, &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1)})
@@ -462,13 +462,13 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 func TestEC2DescribeInstancesPagesAndFilters(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()
-	mine := e.run(t, e.runIn(t, "subnet-a-alpha", 12, 12, modelTags(testController, testModel, "batch")))
+	mine := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 12, 12, modelTags(testController, testModel, "batch")))
 	e.clock.Advance(time.Second)
-	e.run(t, e.runIn(t, "subnet-b-alpha", 3, 3, modelTags(testController, "model-2", "other")))
+	e.run(t, e.runIn(t, sim.SubnetID("b", "alpha"), 3, 3, modelTags(testController, "model-2", "other")))
 	e.clock.Advance(time.Second)
 	viaSim := mustStart(t, e.c.Provider(testController, testModel), startParams("9", "c"))
 	e.clock.Advance(time.Second)
-	e.run(t, e.runIn(t, "subnet-a-alpha", 2, 2, instanceTags("Name", "untagged")))
+	e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, instanceTags("Name", "untagged")))
 
 	got, pages := e.describeAll(t, filter("tag:"+muster.TagController, testController), filter("tag:"+muster.TagModel, testModel))
 	want := append(ids(mine.Instances), viaSim.Instance.ID)
@@ -480,7 +480,7 @@ func TestEC2DescribeInstancesPagesAndFilters(t *testing.T) {
 			t.Errorf("instance %d: launch index %d", i, aws.ToInt32(in.AmiLaunchIndex))
 		}
 	}
-	if in := got[12]; aws.ToString(in.ImageId) != e.image(t, "24.04", "amd64") || aws.ToString(in.SubnetId) != "subnet-c-alpha" || aws.ToString(in.ClientToken) != "" {
+	if in := got[12]; aws.ToString(in.ImageId) != e.image(t, "24.04", "amd64") || aws.ToString(in.SubnetId) != sim.SubnetID("c", "alpha") || aws.ToString(in.ClientToken) != "" {
 		t.Errorf("the sim-started instance: got %+v", in)
 	}
 	everything, _ := e.describeAll(t)
@@ -519,7 +519,7 @@ func TestEC2ErrorCodes(t *testing.T) {
 	ctx := context.Background()
 	image := e.image(t, "24.04", "amd64")
 	run := func(mod func(*ec2.RunInstancesInput)) error {
-		in := &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1), SubnetId: aws.String("subnet-a-alpha")}
+		in := &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1), SubnetId: aws.String(sim.SubnetID("a", "alpha"))}
 		mod(in)
 		_, err := e.api.RunInstances(ctx, in, once)
 		return err
@@ -531,7 +531,7 @@ func TestEC2ErrorCodes(t *testing.T) {
 		}
 	}
 	first := e.run(t, &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
-		SubnetId: aws.String("subnet-a-alpha"), ClientToken: aws.String("tok")})
+		SubnetId: aws.String(sim.SubnetID("a", "alpha")), ClientToken: aws.String("tok")})
 	live := aws.ToString(first.Instances[0].InstanceId)
 	tests := []struct {
 		name   string
@@ -558,10 +558,10 @@ func TestEC2ErrorCodes(t *testing.T) {
 			return run(func(*ec2.RunInstancesInput) {})
 		}, "InsufficientInstanceCapacity", 500},
 		{"zone full", func() error {
-			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String("subnet-b-alpha") })
+			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("b", "alpha")) })
 		}, "InsufficientInstanceCapacity", 500},
 		{"zone unavailable", func() error {
-			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String("subnet-c-beta") })
+			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("c", "beta")) })
 		}, "InsufficientInstanceCapacity", 500},
 		{"injected call error", func() error {
 			setFaults(sim.Faults{ErrorRate: map[string]float64{sim.CallDescribe: 1}})
@@ -746,7 +746,7 @@ func TestEC2Signatures(t *testing.T) {
 func TestEC2ClientTokenIdempotency(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()
-	in := e.runIn(t, "subnet-a-alpha", 2, 2, modelTags(testController, testModel, "0"))
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, modelTags(testController, testModel, "0"))
 	in.ClientToken = aws.String("launch-1")
 	first := e.run(t, in)
 	again := e.run(t, in)
@@ -773,7 +773,7 @@ func TestEC2ClientTokenIdempotency(t *testing.T) {
 		func(in *ec2.RunInstancesInput) { in.ImageId = aws.String(e.image(t, "22.04", "amd64")) },
 		func(in *ec2.RunInstancesInput) { in.MinCount = aws.Int32(1) },
 		func(in *ec2.RunInstancesInput) { in.MaxCount = aws.Int32(3) },
-		func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String("subnet-b-alpha") },
+		func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("b", "alpha")) },
 	}
 	for i, mod := range mismatch {
 		other := *in
@@ -794,7 +794,7 @@ func TestEC2MinMaxCount(t *testing.T) {
 	}})
 	ctx := context.Background()
 	// Partial: capacity for 3 of 5.
-	part := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 5, nil))
+	part := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 5, nil))
 	if len(part.Instances) != 3 {
 		t.Fatalf("capacity 3, MaxCount 5: got %d instances", len(part.Instances))
 	}
@@ -808,7 +808,7 @@ func TestEC2MinMaxCount(t *testing.T) {
 	if err := e.c.FailNext("b", 2); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.api.RunInstances(ctx, e.runIn(t, "subnet-b-alpha", 2, 3, nil), once)
+	_, err := e.api.RunInstances(ctx, e.runIn(t, sim.SubnetID("b", "alpha"), 2, 3, nil), once)
 	wantAPIError(t, "MinCount 2 with two failures in three", err, "InsufficientInstanceCapacity", 500)
 	after := e.c.Stats()
 	if after.InstancesStarted != before.InstancesStarted || after.InstancesByZone["b"] != 0 || len(e.c.AllInstances()) != 3 {
@@ -818,7 +818,7 @@ func TestEC2MinMaxCount(t *testing.T) {
 		t.Errorf("zone b: %d failures left, want none", zs[1].FailNext)
 	}
 	// Two starts succeed, the third finds zone c full: both rolled back.
-	in := e.runIn(t, "subnet-c-alpha", 3, 3, nil)
+	in := e.runIn(t, sim.SubnetID("c", "alpha"), 3, 3, nil)
 	_, err = e.api.RunInstances(ctx, in, once)
 	wantAPIError(t, "MinCount 3 with room for 2", err, "InsufficientInstanceCapacity", 500)
 	if zs := e.c.Zones(); zs[2].Used != 0 || zs[2].Instances != 0 || e.c.Stats().InstancesStarted != before.InstancesStarted {
@@ -833,18 +833,18 @@ func TestEC2MinMaxCount(t *testing.T) {
 	}
 	// MaxCount beyond the largest batch starts a batch; MinCount beyond it
 	// is refused.
-	big := e.run(t, e.runIn(t, "subnet-b-alpha", 1, 50, nil))
+	big := e.run(t, e.runIn(t, sim.SubnetID("b", "alpha"), 1, 50, nil))
 	if len(big.Instances) != 6 {
 		t.Errorf("MaxCount 50 with MaxBatch 6: got %d instances", len(big.Instances))
 	}
-	_, err = e.api.RunInstances(ctx, e.runIn(t, "subnet-b-alpha", 7, 7, nil), once)
+	_, err = e.api.RunInstances(ctx, e.runIn(t, sim.SubnetID("b", "alpha"), 7, 7, nil), once)
 	wantAPIError(t, "MinCount above MaxBatch", err, "InvalidParameterValue", 400)
 }
 
 func TestEC2ListingLagAndTombstones(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Faults: sim.Faults{ListingLag: 10 * time.Second}})
 	ctx := context.Background()
-	out := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	out := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	id := aws.ToString(out.Instances[0].InstanceId)
 	if got, _ := e.describeAll(t); len(got) != 0 {
 		t.Errorf("during the lag: listed %v", ids(got))
@@ -908,7 +908,7 @@ func TestEC2UserData(t *testing.T) {
 	}})
 	ctx := context.Background()
 	data := append([]byte("#cloud-config\n"), 0, 0xff, '\n')
-	in := e.runIn(t, "subnet-a-alpha", 2, 2, modelTags(testController, testModel, "7"))
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, modelTags(testController, testModel, "7"))
 	in.UserData = aws.String(base64.StdEncoding.EncodeToString(data))
 	out := e.run(t, in)
 	for _, id := range ids(out.Instances) {
@@ -921,7 +921,7 @@ func TestEC2UserData(t *testing.T) {
 			t.Errorf("%s: got user data %q (%v), want %q", id, got, err, data)
 		}
 	}
-	plain := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	plain := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	attr, err := e.api.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: plain.Instances[0].InstanceId, Attribute: types.InstanceAttributeNameUserData})
 	if err != nil || attr.UserData == nil || aws.ToString(attr.UserData.Value) != "" {
 		t.Errorf("no user data: got %+v, %v, want an empty userData", attr, err)
@@ -940,7 +940,7 @@ func TestEC2UserData(t *testing.T) {
 
 func TestEC2LostReplyRetriedWithClientToken(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Faults: sim.Faults{LoseReplies: map[string]int{sim.CallStart: 1}}})
-	in := e.runIn(t, "subnet-a-alpha", 1, 1, nil)
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil)
 	in.ClientToken = aws.String("lost-1")
 	out := e.run(t, in) // the SDK's retry gets the reply of the second try
 	all := e.c.AllInstances()
@@ -966,7 +966,7 @@ func TestEC2LostReplyRetriedWithClientToken(t *testing.T) {
 
 func TestReplyDelayHoldsTheReplyAfterTheWork(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Faults: sim.Faults{ReplyDelay: map[string]sim.Latency{sim.CallStart: {Fixed: 5 * time.Second}}}})
-	in := e.runIn(t, "subnet-a-alpha", 1, 1, nil)
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil)
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.api.RunInstances(context.Background(), in, once)
@@ -1014,7 +1014,7 @@ func TestEC2AndSimProviderShareTheCloud(t *testing.T) {
 	p := e.c.Provider(testController, testModel)
 	viaSim := mustStart(t, p, startParams("0", "a"))
 	e.clock.Advance(time.Second)
-	viaEC2 := e.run(t, e.runIn(t, "subnet-b-alpha", 1, 1, modelTags(testController, testModel, "1")))
+	viaEC2 := e.run(t, e.runIn(t, sim.SubnetID("b", "alpha"), 1, 1, modelTags(testController, testModel, "1")))
 	ec2ID := aws.ToString(viaEC2.Instances[0].InstanceId)
 
 	insts, err := p.Instances(ctx)
@@ -1074,12 +1074,12 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Clock: clock, StateFile: file})
 	ctx := context.Background()
 	data := []byte("agents: [a, b]")
-	in := e.runIn(t, "subnet-c-beta", 2, 2, modelTags(testController, testModel, "batch"))
+	in := e.runIn(t, sim.SubnetID("c", "beta"), 2, 2, modelTags(testController, testModel, "batch"))
 	in.ClientToken = aws.String("b-123")
 	in.UserData = aws.String(base64.StdEncoding.EncodeToString(data))
 	first := e.run(t, in)
 	clock.Advance(time.Second)
-	gone := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	gone := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	goneID := aws.ToString(gone.Instances[0].InstanceId)
 	if _, err := e.api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{goneID}}); err != nil {
 		t.Fatal(err)

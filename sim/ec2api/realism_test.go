@@ -52,7 +52,7 @@ func wantState(t *testing.T, what string, got types.InstanceState, name types.In
 func TestEC2PendingStopStart(t *testing.T) {
 	e := newEC2Env(t, sim.Config{PendingTime: 5 * time.Second})
 	ctx := context.Background()
-	out := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	out := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	id := aws.ToString(out.Instances[0].InstanceId)
 	wantState(t, "RunInstances", *out.Instances[0].State, types.InstanceStateNamePending, 0)
 	wantState(t, "at once", e.state(t, id), types.InstanceStateNamePending, 0)
@@ -107,7 +107,7 @@ func TestEC2PendingStopStart(t *testing.T) {
 func TestEC2Tags(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()
-	out := e.run(t, e.runIn(t, "subnet-a-alpha", 2, 2, instanceTags("team", "red")))
+	out := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, instanceTags("team", "red")))
 	a, b := aws.ToString(out.Instances[0].InstanceId), aws.ToString(out.Instances[1].InstanceId)
 	tag := func(k, v string) types.Tag { return types.Tag{Key: aws.String(k), Value: aws.String(v)} }
 	if _, err := e.api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{a}, Tags: []types.Tag{tag("role", "db"), tag("team", "blue")}}); err != nil {
@@ -183,17 +183,17 @@ func TestEC2RunInstancesRefusesWhatTheSimDoesNotDo(t *testing.T) {
 		{"NIC in another zone", func(in *ec2.RunInstancesInput) {
 			in.SubnetId = nil
 			in.Placement = &types.Placement{AvailabilityZone: aws.String("b")}
-			in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String("subnet-a-alpha")}}
+			in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(sim.SubnetID("a", "alpha"))}}
 		}, "InvalidParameterValue"},
 		{"NIC and subnet", func(in *ec2.RunInstancesInput) {
-			in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String("subnet-a-alpha")}}
+			in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(sim.SubnetID("a", "alpha"))}}
 		}, "InvalidParameterCombination"},
 		{"second NIC", func(in *ec2.RunInstancesInput) {
 			in.SubnetId = nil
-			in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String("subnet-a-alpha")}, {DeviceIndex: aws.Int32(1), SubnetId: aws.String("subnet-a-beta")}}
+			in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(sim.SubnetID("a", "alpha"))}, {DeviceIndex: aws.Int32(1), SubnetId: aws.String(sim.SubnetID("a", "beta"))}}
 		}, "Unsupported"},
 	} {
-		in := e.runIn(t, "subnet-a-alpha", 1, 1, nil)
+		in := e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil)
 		tt.edit(in)
 		_, err := e.api.RunInstances(ctx, in, once)
 		wantAPIError(t, tt.name, err, tt.code, 400)
@@ -204,8 +204,8 @@ func TestEC2RunInstancesRefusesWhatTheSimDoesNotDo(t *testing.T) {
 	// One network interface is the instance's subnet.
 	in := e.runIn(t, "", 1, 1, nil)
 	in.SubnetId = nil
-	in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String("subnet-b-beta")}}
-	if out := e.run(t, in); aws.ToString(out.Instances[0].SubnetId) != "subnet-b-beta" || aws.ToString(out.Instances[0].Placement.AvailabilityZone) != "b" {
+	in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(sim.SubnetID("b", "beta"))}}
+	if out := e.run(t, in); aws.ToString(out.Instances[0].SubnetId) != sim.SubnetID("b", "beta") || aws.ToString(out.Instances[0].Placement.AvailabilityZone) != "b" {
 		t.Errorf("NIC subnet: got subnet %s in %s", aws.ToString(out.Instances[0].SubnetId), aws.ToString(out.Instances[0].Placement.AvailabilityZone))
 	}
 }
@@ -213,7 +213,7 @@ func TestEC2RunInstancesRefusesWhatTheSimDoesNotDo(t *testing.T) {
 func TestEC2StrictIdempotency(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()
-	in := e.runIn(t, "subnet-a-alpha", 1, 1, instanceTags("team", "red"))
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, instanceTags("team", "red"))
 	in.ClientToken = aws.String("strict-1")
 	in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte("one")))
 	first := e.run(t, in)
