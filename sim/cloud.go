@@ -88,8 +88,7 @@ type Cloud struct {
 	params       map[string]*muster.StartParams // start params by instance id
 	tokens       map[string]string              // controller/model/token → instance id
 	addrUsed     map[string]bool
-	buckets      map[string]*bucket
-	instBkt      bucket
+	limits       limits
 	stats        Stats
 	reservations map[string]*reservation // EC2 reservations by client token
 	tombs        map[string]*tombstone   // terminated instances, for the EC2 API
@@ -97,11 +96,7 @@ type Cloud struct {
 	journal      [][]byte                // state file records not yet written
 	needSnapshot bool                    // a record could not be encoded
 
-	saveMu sync.Mutex
-	out    *os.File // the state file, open for appending
-	logged int      // records appended since the last snapshot
-	broken bool     // an append failed: write a snapshot next
-	closed bool
+	w writer // the state file's
 
 	saveDelay time.Duration
 	kick      chan struct{}
@@ -145,7 +140,7 @@ func Open(cfg Config) (*Cloud, error) {
 		params:       map[string]*muster.StartParams{},
 		tokens:       map[string]string{},
 		addrUsed:     map[string]bool{},
-		buckets:      map[string]*bucket{},
+		limits:       limits{calls: map[string]*bucket{}},
 		stats:        newStats(),
 		reservations: map[string]*reservation{},
 		tombs:        map[string]*tombstone{},
@@ -278,15 +273,15 @@ func (c *Cloud) Close() error {
 		close(c.quit)
 		c.saver.Wait()
 		c.closeErr = c.save(false)
-		c.saveMu.Lock()
-		c.closed = true
-		if c.out != nil {
-			if err := c.out.Close(); err != nil && c.closeErr == nil {
+		c.w.mu.Lock()
+		c.w.closed = true
+		if c.w.out != nil {
+			if err := c.w.out.Close(); err != nil && c.closeErr == nil {
 				c.closeErr = fmt.Errorf("sim: close state file: %w", err)
 			}
-			c.out = nil
+			c.w.out = nil
 		}
-		c.saveMu.Unlock()
+		c.w.mu.Unlock()
 	})
 	return c.closeErr
 }
@@ -409,6 +404,22 @@ func tokenKey(controller, model, token string) string {
 	return controller + "\x00" + model + "\x00" + token
 }
 
+// limits are the token buckets of the rate limits; c.mu guards them.
+type limits struct {
+	calls     map[string]*bucket // by call kind
+	instances bucket             // started instances
+}
+
+// writer writes the state file. Its mu orders writes and is taken before
+// c.mu, never while c.mu is held.
+type writer struct {
+	mu     sync.Mutex
+	out    *os.File // the state file, open for appending
+	logged int      // records appended since the last snapshot
+	broken bool     // an append failed: write a snapshot next
+	closed bool
+}
+
 // bucket is a token bucket; c.mu guards it.
 type bucket struct {
 	cfg    Bucket
@@ -448,14 +459,14 @@ func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
 	c.mu.Lock()
 	c.stats.Calls[kind]++
 	now := c.clock.Now()
-	b := c.buckets[kind]
+	b := c.limits.calls[kind]
 	if b == nil {
 		b = &bucket{}
-		c.buckets[kind] = b
+		c.limits.calls[kind] = b
 	}
 	ok := b.take(c.faults.RateLimits[kind], now, 1)
 	if ok && instances > 0 {
-		ok = c.instBkt.take(c.faults.InstanceRate, now, instances)
+		ok = c.limits.instances.take(c.faults.InstanceRate, now, instances)
 	}
 	if !ok {
 		c.stats.Throttled[kind]++
