@@ -145,7 +145,7 @@ func (a *API) describeImages(q *query) (any, error) {
 	}
 	var all []xmlImage
 	for _, im := range images {
-		if len(ids) > 0 && !slices.Contains(ids, im.id) || len(owners) > 0 && !slices.Contains(owners, imageOwner) && !slices.Contains(owners, "amazon") {
+		if len(ids) > 0 && !slices.Contains(ids, im.id) || len(owners) > 0 && !slices.Contains(owners, imageOwner) {
 			continue
 		}
 		all = append(all, xmlImage{
