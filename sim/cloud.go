@@ -218,6 +218,12 @@ func Open(cfg Config) (*Cloud, error) {
 			if z == nil || inst.ID == "" || c.instances[inst.ID] != nil {
 				return nil, muster.Errorf(muster.EInvalid, "sim: state file %s: bad instance %q in zone %q", c.file, inst.ID, inst.Zone)
 			}
+			if inst.EC2 != nil && c.subnetByID(inst.EC2.SubnetID) == nil && len(inst.Addresses) > 0 {
+				// Saved before subnet ids took EC2's shape.
+				if s := c.subnetOfAddr(inst.Addresses[0]); s != nil {
+					inst.EC2.SubnetID = s.ID
+				}
+			}
 			c.instances[inst.ID] = &inst
 			if pi.Params != nil {
 				c.params[inst.ID] = pi.Params

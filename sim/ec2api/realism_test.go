@@ -1,8 +1,11 @@
 package ec2api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"testing"
@@ -245,5 +248,32 @@ func TestEC2RequestChecks(t *testing.T) {
 	status, r := doRaw(t, signedRequest(t, e.srv.URL, "Action=DescribeRegions", sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey))
 	if status != 400 || r.Code != "MissingParameter" {
 		t.Errorf("no Version: got %d %s, want 400 MissingParameter", status, r.Code)
+	}
+}
+
+// A state file saved when subnet ids were "subnet-ZONE-SPACE" loads with
+// the instances in today's subnet ids.
+func TestEC2OldSubnetIDsInStateFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	e := newEC2Env(t, sim.Config{StateFile: file})
+	id := aws.ToString(e.run(t, e.runIn(t, sim.SubnetID("b", "beta"), 1, 1, nil)).Instances[0].InstanceId)
+	if err := e.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.ReplaceAll(b, []byte(sim.SubnetID("b", "beta")), []byte("subnet-b-beta"))
+	if bytes.Equal(old, b) {
+		t.Fatal("the state file does not name the subnet")
+	}
+	if err := os.WriteFile(file, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e2 := newEC2Env(t, sim.Config{StateFile: file})
+	got, _ := e2.describeAll(t, filter("subnet-id", sim.SubnetID("b", "beta")))
+	if !reflect.DeepEqual(ids(got), []string{id}) {
+		t.Errorf("instances of subnet %s after loading old ids: got %v, want %s", sim.SubnetID("b", "beta"), ids(got), id)
 	}
 }
