@@ -17,6 +17,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/fakeclock"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -767,13 +768,7 @@ func TestSaveDelayBatchesWrites(t *testing.T) {
 		t.Fatalf("before the delay got %d instances on disk, want 0", n)
 	}
 	clock.Advance(time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for instancesInFile(t, file) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("instance not written after the delay")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, "instance written after the delay", func() bool { return instancesInFile(t, file) == 1 })
 	mustStart(t, p, startParams("1", "a"))
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
