@@ -48,6 +48,7 @@ func run(args []string, out, errOut io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON line instead of a table")
 	scenario := fs.String("scenario", "convergence", "convergence or event-latency")
 	adds := fs.Int("adds", 20, "single-machine adds measured by event-latency")
+	policy := fs.String("policy", "", "juju: run the convergence fleet with muster's engine and with Juju's provisioner policy, side by side")
 	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +58,36 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	switch {
+	case *policy != "" && (*policy != "juju" || *scenario != "convergence"):
+		return fmt.Errorf("bad --policy %q: want juju, with the convergence scenario", *policy)
+	case *policy == "juju":
+		n := *machines
+		if n == 0 {
+			n = 1000
+		}
+		if n < 1 {
+			return fmt.Errorf("bad --machines %d: want at least 1", n)
+		}
+		to := *timeout
+		if to == 0 {
+			to = time.Duration(3*singleLowerBound(n)*float64(time.Second)) + time.Minute
+		}
+		// Juju's policy may also wait out its retries: 11 attempts 10 s apart.
+		jto := max(to, to+time.Duration(jujuRetries)*jujuRetryDelay)
+		if *timeout != 0 {
+			jto = to
+		}
+		res, err := runSideBySide(ctx, n, to, jto)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(out, res)
+		}
+		printSideBySide(out, res)
+		return nil
+	}
 	switch *scenario {
 	case "convergence":
 		n := *machines
