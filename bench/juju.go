@@ -49,7 +49,8 @@ type jujuPolicy struct {
 
 	events     atomic.Int64 // machines-changed events handled
 	listings   atomic.Int64 // instance listings made
-	unfinished atomic.Int64 // machines queued or held by a worker
+	queued     atomic.Int64 // pending machines seen in events
+	unfinished atomic.Int64 // of those, not yet done with by a worker
 }
 
 // jujuZone is one zone and the machines the policy counts in it.
@@ -218,6 +219,11 @@ func (p *jujuPolicy) processMachines(ctx context.Context, ids []string) error {
 	if len(pending) == 0 {
 		return nil
 	}
+	// Counted unfinished from here until a worker is done with each.
+	p.unfinished.Add(int64(len(pending)))
+	p.queued.Add(int64(len(pending)))
+	queued := 0
+	defer func() { p.unfinished.Add(int64(queued - len(pending))) }()
 	groups, err := p.cfg.Store.DistributionGroups(ctx, p.cfg.ModelUUID, pending)
 	if err != nil {
 		return err
@@ -237,11 +243,10 @@ func (p *jujuPolicy) processMachines(ctx context.Context, ids []string) error {
 				group = append(group, g)
 			}
 		}
-		p.unfinished.Add(1)
 		select {
 		case p.tasks <- jujuTask{info: info, group: group}:
+			queued++
 		case <-ctx.Done():
-			p.unfinished.Add(-1)
 			return ctx.Err()
 		}
 	}
