@@ -64,7 +64,7 @@ type jujuZone struct {
 // jujuTask is one machine handed to a worker.
 type jujuTask struct {
 	info  muster.ProvisioningInfo
-	group []string // the other machines of its distribution group
+	group []string // the machines of its distribution group (itself too)
 }
 
 func newJujuPolicy(cfg jujuConfig) *jujuPolicy {
@@ -237,14 +237,8 @@ func (p *jujuPolicy) processMachines(ctx context.Context, ids []string) error {
 		if !ok {
 			continue // removed meanwhile
 		}
-		var group []string
-		for _, g := range groups[id] {
-			if g != id {
-				group = append(group, g)
-			}
-		}
 		select {
-		case p.tasks <- jujuTask{info: info, group: group}:
+		case p.tasks <- jujuTask{info: info, group: groups[id]}:
 			queued++
 		case <-ctx.Done():
 			return ctx.Err()
@@ -308,7 +302,8 @@ func newJujuZone(name string) *jujuZone {
 
 // pickZone chooses a zone for machine id: among the zones its constraints
 // allow and it has not failed in or been excluded from, one with the
-// fewest machines of its group (of all machines when it has no group),
+// fewest other machines of its group (of all machines when it has no
+// group),
 // at random among equals. The machine is counted in the chosen zone at
 // once, before its start.
 func (p *jujuPolicy) pickZone(id string, group []string, cons muster.Constraints) (string, error) {
@@ -323,7 +318,7 @@ func (p *jujuPolicy) pickZone(id string, group []string, cons muster.Constraints
 		}
 		n := 0
 		for _, g := range group {
-			if jz.machines[g] {
+			if g != id && jz.machines[g] {
 				n++
 			}
 		}
