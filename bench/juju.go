@@ -313,8 +313,8 @@ func (p *jujuPolicy) pickZone(id string, group []string, cons muster.Constraints
 		return "", nil
 	}
 	count := func(jz *jujuZone) int {
-		if len(group) == 0 {
-			return len(jz.machines)
+		if len(group) == 0 || len(group) == 1 && group[0] == id {
+			return len(jz.machines) // no other machine in its group
 		}
 		n := 0
 		for _, g := range group {
