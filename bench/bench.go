@@ -312,14 +312,19 @@ type PolicyRun struct {
 	Converged   int   `json:"machines_converged"`
 	InError     int   `json:"machines_in_error"`
 	MaxZoneSkew int   `json:"max_zone_skew"`
+	// AddListings counts the listings the sim saw while machines were
+	// then added one at a time to the converged fleet (--policy juju's
+	// --adds), each after the previous one was recorded running.
+	AddListings int64 `json:"listings_during_adds"`
 
 	zones map[string]int
 }
 
 // runPolicy adds n machines of one group at once to a fresh store and
 // cloud run by cfg's provisioner and measures the time until every one is
-// recorded running or (Juju's policy only) in provisioning error.
-func runPolicy(ctx context.Context, n int, cfg envConfig, timeout time.Duration) (PolicyRun, error) {
+// recorded running or (Juju's policy only) in provisioning error. Then it
+// adds adds machines one at a time and counts the listings meanwhile.
+func runPolicy(ctx context.Context, n, adds int, cfg envConfig, timeout time.Duration) (PolicyRun, error) {
 	var r PolicyRun
 	e, err := newEnv(ctx, cfg)
 	if err != nil {
@@ -364,12 +369,23 @@ func runPolicy(ctx context.Context, n int, cfg envConfig, timeout time.Duration)
 	if st.Instances != r.Converged {
 		return r, fmt.Errorf("%d instances for %d running machines", st.Instances, r.Converged)
 	}
+	for i := range adds {
+		time.Sleep(100 * time.Millisecond) // the request bucket refills
+		if _, err := e.add(ctx, 1); err != nil {
+			return r, err
+		}
+		// A throttled start of Juju's policy waits 10 s before its retry.
+		if err := rw.wait(ctx, n+i+1, time.Minute, cfg.juju); err != nil {
+			return r, fmt.Errorf("single add %d: %w", i+1, err)
+		}
+	}
+	r.AddListings = e.cloud.Stats().Calls[sim.CallList] - st.Calls[sim.CallList]
 	return r, e.close()
 }
 
 // converge runs one convergence scenario of muster's engine on n machines.
 func converge(ctx context.Context, n int, batched bool, timeout time.Duration) (Scenario, error) {
-	r, err := runPolicy(ctx, n, envConfig{batched: batched}, timeout)
+	r, err := runPolicy(ctx, n, 0, envConfig{batched: batched}, timeout)
 	if err != nil {
 		return Scenario{}, err
 	}

@@ -283,8 +283,8 @@ func TestSideBySideJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a 10 s retry delay")
 	}
-	m := runJSON(t, "--policy", "juju", "--machines", "30", "--json")
-	want := []string{"cpu_seconds", "juju", "machines", "muster", "muster_batched", "peak_rss_mb", "ratio", "ratio_batched"}
+	m := runJSON(t, "--policy", "juju", "--machines", "30", "--adds", "2", "--json")
+	want := []string{"adds", "cpu_seconds", "juju", "machines", "muster", "muster_batched", "peak_rss_mb", "ratio", "ratio_batched"}
 	if got := keys(m); !slices.Equal(got, want) {
 		t.Fatalf("got keys %v, want %v", got, want)
 	}
@@ -295,6 +295,10 @@ func TestSideBySideJSON(t *testing.T) {
 		}
 		if p["instance_listings"].(float64) < 1 {
 			t.Errorf("%s: got %v listings, want at least the first pass's", name, p["instance_listings"])
+		}
+		want := map[string]float64{"muster": 0, "muster_batched": 0, "juju": 2}[name] // E1; one per add
+		if got := p["listings_during_adds"]; got != want {
+			t.Errorf("%s: got %v listings during 2 single adds, want %v", name, got, want)
 		}
 	}
 	j := m["juju"].(map[string]any)

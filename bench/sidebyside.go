@@ -12,6 +12,7 @@ import (
 // Juju's policy.
 type SideBySide struct {
 	Machines      int       `json:"machines"`
+	Adds          int       `json:"adds"`           // single adds after convergence
 	Muster        PolicyRun `json:"muster"`         // batch-starts=false
 	MusterBatched PolicyRun `json:"muster_batched"` // batch-starts=true
 	Juju          PolicyRun `json:"juju"`
@@ -45,17 +46,18 @@ func ratios(juju, muster PolicyRun) Ratios {
 }
 
 // runSideBySide runs n machines with muster's engine (single, then
-// batched) and with Juju's policy, each on a fresh store and cloud.
-func runSideBySide(ctx context.Context, n int, timeout, jujuTimeout time.Duration) (SideBySide, error) {
-	out := SideBySide{Machines: n}
+// batched) and with Juju's policy, each on a fresh store and cloud, and
+// then adds adds machines one at a time to each.
+func runSideBySide(ctx context.Context, n, adds int, timeout, jujuTimeout time.Duration) (SideBySide, error) {
+	out := SideBySide{Machines: n, Adds: adds}
 	var err error
-	if out.Muster, err = runPolicy(ctx, n, envConfig{}, timeout); err != nil {
+	if out.Muster, err = runPolicy(ctx, n, adds, envConfig{}, timeout); err != nil {
 		return out, fmt.Errorf("muster: %w", err)
 	}
-	if out.MusterBatched, err = runPolicy(ctx, n, envConfig{batched: true}, timeout); err != nil {
+	if out.MusterBatched, err = runPolicy(ctx, n, adds, envConfig{batched: true}, timeout); err != nil {
 		return out, fmt.Errorf("muster batched: %w", err)
 	}
-	if out.Juju, err = runPolicy(ctx, n, envConfig{juju: true}, jujuTimeout); err != nil {
+	if out.Juju, err = runPolicy(ctx, n, adds, envConfig{juju: true}, jujuTimeout); err != nil {
 		return out, fmt.Errorf("juju: %w", err)
 	}
 	out.Ratio = ratios(out.Juju, out.Muster)
@@ -71,7 +73,7 @@ func runSideBySide(ctx context.Context, n int, timeout, jujuTimeout time.Duratio
 func printSideBySide(out io.Writer, s SideBySide) {
 	fmt.Fprintf(out, "%d machines, muster's engine and Juju's provisioner policy (3 zones, start latency %s, request bucket %d burst / %g per s)\n\n",
 		s.Machines, startLatency, requestBurst, requestRate)
-	fmt.Fprintf(out, "%-14s %9s %11s %11s %9s %9s %7s %9s %8s %5s\n", "policy", "seconds", "start calls", "calls/mach.", "throttled", "listings", "events", "converged", "in error", "skew")
+	fmt.Fprintf(out, "%-14s %9s %11s %11s %9s %9s %7s %9s %8s %5s %14s\n", "policy", "seconds", "start calls", "calls/mach.", "throttled", "listings", "events", "converged", "in error", "skew", "adds' listings")
 	for _, r := range []struct {
 		name string
 		p    PolicyRun
@@ -80,10 +82,11 @@ func printSideBySide(out io.Writer, s SideBySide) {
 		if r.name == "juju" {
 			events = fmt.Sprint(r.p.Events)
 		}
-		fmt.Fprintf(out, "%-14s %9.3f %11d %11.3f %9d %9d %7s %9d %8d %5d\n", r.name, r.p.Seconds, r.p.StartCalls,
-			r.p.StartCallsPerMachine, r.p.ThrottledCalls, r.p.Listings, events, r.p.Converged, r.p.InError, r.p.MaxZoneSkew)
+		fmt.Fprintf(out, "%-14s %9.3f %11d %11.3f %9d %9d %7s %9d %8d %5d %14d\n", r.name, r.p.Seconds, r.p.StartCalls,
+			r.p.StartCallsPerMachine, r.p.ThrottledCalls, r.p.Listings, events, r.p.Converged, r.p.InError, r.p.MaxZoneSkew, r.p.AddListings)
 	}
-	fmt.Fprintf(out, "\njuju / muster:         seconds %.3fx, start calls %.3fx, listings %.3fx\n", s.Ratio.Seconds, s.Ratio.StartCalls, s.Ratio.Listings)
+	fmt.Fprintf(out, "\n(seconds to start calls: the bulk add; adds' listings: during %d single adds afterwards)\n", s.Adds)
+	fmt.Fprintf(out, "juju / muster:         seconds %.3fx, start calls %.3fx, listings %.3fx\n", s.Ratio.Seconds, s.Ratio.StartCalls, s.Ratio.Listings)
 	fmt.Fprintf(out, "juju / muster batched: seconds %.3fx, start calls %.3fx, listings %.3fx\n", s.RatioBatched.Seconds, s.RatioBatched.StartCalls, s.RatioBatched.Listings)
 	fmt.Fprintf(out, "peak RSS %.1f MB, CPU %.2f s\n", s.PeakRSSMB, s.CPUSeconds)
 }
