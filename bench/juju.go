@@ -48,7 +48,6 @@ type jujuPolicy struct {
 	zones []*jujuZone // nil until the first event
 
 	events     atomic.Int64 // machines-changed events handled
-	listings   atomic.Int64 // instance listings made
 	queued     atomic.Int64 // pending machines seen in events
 	unfinished atomic.Int64 // of those, not yet done with by a worker
 }
@@ -193,7 +192,6 @@ func (p *jujuPolicy) watchLifecycle(ctx context.Context, out chan<- []string) er
 func (p *jujuPolicy) processMachines(ctx context.Context, ids []string) error {
 	p.events.Add(1)
 	insts, err := p.cfg.Provider.Instances(ctx)
-	p.listings.Add(1)
 	if err != nil {
 		return fmt.Errorf("listing instances: %w", err)
 	}
