@@ -159,7 +159,8 @@ func (r *jujuRig) settle(t *testing.T, seconds int) {
 		}
 		r.waitFor(t, "every worker idle or waiting", func() bool {
 			u := r.policy.unfinished.Load()
-			return u == 0 || int64(r.clock.Timers()) == min(u, wantWorkers)
+			// >= so that a pool larger than 16 is reported below, not hung.
+			return u == 0 || int64(r.clock.Timers()) >= min(u, wantWorkers)
 		})
 		if r.policy.unfinished.Load() > 0 {
 			r.clock.Advance(time.Second)
@@ -184,6 +185,12 @@ func TestJujuPolicy(t *testing.T) {
 	r.add(t, 20) // 16 starts reach the cloud at once: 10 pass, 6 are throttled
 	r.add(t, 5)
 	r.add(t, 5)
+	// 10 started; the other 20 were throttled and are waiting out the
+	// delay, 16 of them in the workers, 4 still queued.
+	r.waitFor(t, "16 workers waiting", func() bool { return r.clock.Timers() >= wantWorkers })
+	if got, u := r.clock.Timers(), r.policy.unfinished.Load(); got != wantWorkers || u != 20 {
+		t.Fatalf("got %d machines waiting out the retry delay, %d unfinished; want %d (the pool) and 20", got, u, wantWorkers)
+	}
 	r.settle(t, 100)
 
 	for _, m := range r.machines(t) {
