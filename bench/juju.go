@@ -141,11 +141,13 @@ func (p *jujuPolicy) watchLifecycle(ctx context.Context, out chan<- []string) er
 	defer w.Close()
 	life := map[string]muster.Life{}
 	pending := map[string]bool{}
-	initial := true // the initial event is sent even when empty
+	// The initial event (every machine, from the watcher's first change
+	// set) is sent even when empty.
+	first, initial := true, true
 	for {
 		var send chan<- []string
 		var ids []string
-		if initial || len(pending) > 0 {
+		if !first && (initial || len(pending) > 0) {
 			send = out
 			for id := range pending {
 				ids = append(ids, id)
@@ -159,6 +161,7 @@ func (p *jujuPolicy) watchLifecycle(ctx context.Context, out chan<- []string) er
 			if !ok {
 				return fmt.Errorf("machine watcher: %v", w.Err())
 			}
+			first = false
 			if len(cs.Machines) == 0 {
 				continue
 			}

@@ -106,6 +106,9 @@ func newJujuRig(t *testing.T, bucket sim.Bucket, retries, hold int) *jujuRig {
 			t.Errorf("policy: %v", err)
 		}
 	})
+	// Its initial event (no machines yet), so that the adds are events
+	// of their own.
+	r.waitFor(t, "the initial event", func() bool { return r.policy.events.Load() == 1 })
 	return r
 }
 
