@@ -690,6 +690,15 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 		c.logConfig()
 		return nil, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
 	}
+	if q := c.faults.QuotaVCPUs; q > 0 {
+		used := 0
+		for _, oz := range c.zones {
+			used += oz.used
+		}
+		if used+it.Cores > q {
+			return nil, muster.NewProviderError(muster.ErrQuota, "", "sim: vCPU quota of %d exceeded (%d in use, %s needs %d)", q, used, it.Name, it.Cores)
+		}
+	}
 	if rate := c.faults.ZoneErrorRate[z.Name]; rate > 0 && c.rnd.Float64() < rate {
 		return nil, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: injected start failure in zone %q", z.Name)
 	}

@@ -23,6 +23,7 @@ type FaultEdit struct {
 	ListingLag     *time.Duration
 	ReplyDelay     *time.Duration // of starts
 	LoseReplies    *int           // of starts
+	QuotaVCPUs     *int           // the region's vCPU quota, 0 for none
 }
 
 // Check refuses values that make no sense, before anything is changed.
@@ -52,6 +53,9 @@ func (e FaultEdit) Check() error {
 	if e.LoseReplies != nil && *e.LoseReplies < 0 {
 		return muster.Errorf(muster.EInvalid, "bad --lose-replies %d: want 0 or more", *e.LoseReplies)
 	}
+	if e.QuotaVCPUs != nil && *e.QuotaVCPUs < 0 {
+		return muster.Errorf(muster.EInvalid, "bad --quota-vcpus %d: want 0 (none) or more", *e.QuotaVCPUs)
+	}
 	return nil
 }
 
@@ -59,7 +63,7 @@ func (e FaultEdit) Check() error {
 // through its own call).
 func (e FaultEdit) ChangesFaults() bool {
 	return e.Clear || e.StartErrorRate != nil || e.Latency != nil || e.RateLimit != nil ||
-		e.ListingLag != nil || e.ReplyDelay != nil || e.LoseReplies != nil
+		e.ListingLag != nil || e.ReplyDelay != nil || e.LoseReplies != nil || e.QuotaVCPUs != nil
 }
 
 // Apply returns f with the edit made (FailNext aside).
@@ -90,6 +94,9 @@ func (e FaultEdit) Apply(f Faults) Faults {
 	}
 	if e.LoseReplies != nil {
 		f.LoseReplies = setMap(f.LoseReplies, CallStart, *e.LoseReplies)
+	}
+	if e.QuotaVCPUs != nil {
+		f.QuotaVCPUs = *e.QuotaVCPUs
 	}
 	return f
 }
@@ -158,9 +165,12 @@ func (f Faults) Summary() [][2]string {
 			rl[k] = bucket(v)
 		}
 	}
-	ir := "none"
+	ir, quota := "none", "none"
 	if f.InstanceRate.Burst != 0 {
 		ir = bucket(f.InstanceRate)
+	}
+	if f.QuotaVCPUs != 0 {
+		quota = strconv.Itoa(f.QuotaVCPUs)
 	}
 	return [][2]string{
 		{"error-rate", rates(f.ErrorRate)},
@@ -172,5 +182,6 @@ func (f Faults) Summary() [][2]string {
 		{"listing-lag", f.ListingLag.String()},
 		{"reply-delay", latency(f.ReplyDelay)},
 		{"lose-replies", counts(f.LoseReplies)},
+		{"quota-vcpus", quota},
 	}
 }

@@ -1,9 +1,14 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/internal/fakeclock"
 )
 
 func TestFaultEditCheck(t *testing.T) {
@@ -61,5 +66,42 @@ func TestFaultEditApply(t *testing.T) {
 	}
 	if (FaultEdit{Zone: "b", FailNext: &lost}).ChangesFaults() || !(FaultEdit{Clear: true}).ChangesFaults() {
 		t.Fatal("ChangesFaults: fail-next alone changes no Faults, clear does")
+	}
+}
+
+// TestQuotaVCPUs: the region's vCPU quota refuses a start beyond it in
+// every zone with a quota error, and frees up as instances go.
+func TestQuotaVCPUs(t *testing.T) {
+	c, err := Open(Config{Clock: fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := c.Provider("ctrl", "model")
+	q := 2
+	c.SetFaults(FaultEdit{QuotaVCPUs: &q}.Apply(Faults{}))
+	ctx := context.Background()
+	sp := func(id, zone string) muster.StartParams {
+		return muster.StartParams{MachineID: id, Zone: zone, Base: "ubuntu@24.04", LaunchToken: "tok-" + id}
+	}
+	first, err := p.StartInstance(ctx, sp("0", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.StartInstance(ctx, sp("1", "b")); err != nil {
+		t.Fatal(err)
+	}
+	for _, zone := range []string{"a", "b", "c"} {
+		_, err := p.StartInstance(ctx, sp("2"+zone, zone))
+		var pe *muster.ProviderError
+		if !errors.As(err, &pe) || pe.Kind != muster.ErrQuota || pe.Zone != "" || !strings.Contains(pe.Message, "quota of 2") {
+			t.Fatalf("start in zone %s over the quota: got %v, want a quota error naming no zone", zone, err)
+		}
+	}
+	if err := p.StopInstances(ctx, first.Instance.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.StartInstance(ctx, sp("3", "c")); err != nil {
+		t.Fatalf("start after an instance went: %v", err)
 	}
 }

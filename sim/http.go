@@ -85,7 +85,7 @@ func toWire(err error) *wireError {
 	return &wireError{Code: muster.ErrorCode(err), Message: muster.ErrorMessage(err)}
 }
 
-var kinds = []muster.ProviderErrorKind{muster.ErrZoneIndependent, muster.ErrCapacity, muster.ErrThrottled, muster.ErrUnavailable}
+var kinds = []muster.ProviderErrorKind{muster.ErrZoneIndependent, muster.ErrCapacity, muster.ErrThrottled, muster.ErrUnavailable, muster.ErrQuota}
 
 func (w *wireError) err() error {
 	if w.Kind != "" {

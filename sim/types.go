@@ -119,6 +119,10 @@ type Faults struct {
 	// lose the reply: over HTTP the connection is closed without a
 	// response, in-process the call fails with ErrUnavailable.
 	LoseReplies map[string]int `json:"lose-replies,omitempty"`
+	// QuotaVCPUs is the region's vCPU quota: a start that would take the
+	// cores of all live instances above it fails with ErrQuota (EC2's
+	// VcpuLimitExceeded) in every zone. 0 = no quota.
+	QuotaVCPUs int `json:"quota-vcpus,omitempty"`
 }
 
 // Instance is an instance as the cloud keeps it.

@@ -150,8 +150,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 		rate     string
 		clear    bool
 
-		listingLag, replyDelay time.Duration
-		loseReplies            int
+		listingLag, replyDelay  time.Duration
+		loseReplies, quotaVCPUs int
 	)
 	cmd := &cobra.Command{
 		Use:   "faults",
@@ -168,7 +168,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
   --reply-delay D         a start's reply is held D after the cloud acted
   --lose-replies N        the next N starts act, then lose their reply (the
                           client sees a broken connection and retries: with
-                          the same idempotency token it gets the same instance)`,
+                          the same idempotency token it gets the same instance)
+  --quota-vcpus N         the region's vCPU quota: a start beyond it fails
+                          with a quota error in every zone (0 for none)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
@@ -197,6 +199,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 			}
 			if fl.Changed("lose-replies") {
 				edit.LoseReplies = &loseReplies
+			}
+			if fl.Changed("quota-vcpus") {
+				edit.QuotaVCPUs = &quotaVCPUs
 			}
 			if err := edit.Check(); err != nil {
 				return usageErrorf("%s", muster.ErrorMessage(err))
@@ -251,6 +256,7 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	fl.DurationVar(&listingLag, "listing-lag", 0, "how long a new instance stays out of listings")
 	fl.DurationVar(&replyDelay, "reply-delay", 0, "how long a start's reply is held after the cloud acted")
 	fl.IntVar(&loseReplies, "lose-replies", 0, "the next N starts act, then lose their reply")
+	fl.IntVar(&quotaVCPUs, "quota-vcpus", 0, "the region's vCPU quota: starts beyond it fail with a quota error (0 for none)")
 	t.addFlag(cmd)
 	return cmd
 }

@@ -123,6 +123,8 @@ func toAPIError(err error) *apiError {
 			return newError(http.StatusInternalServerError, "InsufficientInstanceCapacity", "%s", pe.Message)
 		case pe.Kind == muster.ErrUnavailable && pe.Zone != "":
 			return newError(http.StatusServiceUnavailable, "Unavailable", "%s", pe.Message)
+		case pe.Kind == muster.ErrQuota:
+			return newError(http.StatusBadRequest, "VcpuLimitExceeded", "%s", pe.Message)
 		case pe.Kind == muster.ErrZoneIndependent:
 			return invalidValue("%s", pe.Message)
 		}
