@@ -140,7 +140,7 @@ func binaryFor(bins []muster.AgentBinary, arch string) (muster.AgentBinary, erro
 
 // Config is the part of cloud-init's #cloud-config this package writes.
 type Config struct {
-	WriteFiles []File    `yaml:"write_files,omitempty"`
+	WriteFiles []File     `yaml:"write_files,omitempty"`
 	RunCmd     [][]string `yaml:"runcmd,omitempty"`
 }
 
