@@ -37,7 +37,7 @@ func TestBootRunsCloudInitUserData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := gws["boot"]
+	gw := gws[0]
 	ca, err := auth.NewCA("muster lxd boot test", time.Now())
 	if err != nil {
 		t.Fatal(err)

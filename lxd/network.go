@@ -140,11 +140,11 @@ func hostPrefixes() []netip.Prefix {
 	return out
 }
 
-// GatewayAddresses returns the host's address on each zone's network (zone
-// → IP), creating the networks when missing: a controller on this host
-// listening there is reachable by the instances' agents.
-func (p *Provider) GatewayAddresses(ctx context.Context) (map[string]string, error) {
-	out := map[string]string{}
+// GatewayAddresses returns the host's address on each zone's network, in
+// the order of the zones, creating the networks when missing: a controller
+// on this host listening there is reachable by the instances' agents.
+func (p *Provider) GatewayAddresses(ctx context.Context) ([]string, error) {
+	var out []string
 	for _, z := range p.cfg.Zones {
 		name, err := p.zoneNetwork(ctx, z)
 		if err != nil {
@@ -158,7 +158,7 @@ func (p *Provider) GatewayAddresses(ctx context.Context) (map[string]string, err
 		if err != nil {
 			return nil, fmt.Errorf("lxd: network %s has no IPv4 address: %q", name, n.Config["ipv4.address"])
 		}
-		out[z] = pfx.Addr().String()
+		out = append(out, pfx.Addr().String())
 	}
 	return out, nil
 }
