@@ -191,26 +191,11 @@ func opStatus(op Operation) int {
 	return http.StatusInternalServerError
 }
 
-// Server is the part of GET /1.0 the provider uses.
-type Server struct {
-	APIExtensions []string `json:"api_extensions"`
-	Environment   struct {
-		Architectures []string `json:"architectures"`
-		ServerVersion string   `json:"server_version"`
-		Server        string   `json:"server"`
-	} `json:"environment"`
-}
-
-// Server returns the daemon's description.
-func (c *Client) Server(ctx context.Context) (Server, error) {
-	var s Server
-	return s, c.get(ctx, "/1.0", &s)
-}
-
 // Resources is the part of GET /1.0/resources the provider uses.
 type Resources struct {
 	CPU struct {
-		Total uint64 `json:"total"`
+		Architecture string `json:"architecture"` // e.g. x86_64
+		Total        uint64 `json:"total"`
 	} `json:"cpu"`
 	Memory struct {
 		Total uint64 `json:"total"` // bytes

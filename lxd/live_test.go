@@ -63,15 +63,23 @@ func openTest(tb testing.TB, cfg Config) *Provider {
 		tb.Fatalf("Open: %v", err)
 	}
 	tb.Cleanup(func() {
+		p.Close()
+		// Straight to the daemon: the test may have slowed its proxy.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := p.Cleanup(ctx); err != nil {
+		cfg.Socket = DefaultSocket
+		q, err := Open(ctx, cfg)
+		if err != nil {
+			tb.Errorf("cleanup of model %s: %v", cfg.ModelUUID, err)
+			return
+		}
+		defer q.Close()
+		if err := q.Cleanup(ctx); err != nil {
 			tb.Errorf("cleanup of model %s: %v", cfg.ModelUUID, err)
 		}
-		if left, err := p.Leftovers(ctx); err != nil || len(left) > 0 {
+		if left, err := q.Leftovers(ctx); err != nil || len(left) > 0 {
 			tb.Errorf("left after cleanup: %v %v", left, err)
 		}
-		p.Close()
 	})
 	return p
 }
@@ -93,7 +101,8 @@ func TestConformance(t *testing.T) {
 	needLXD(t)
 	controller := randomHex(t, 16)
 	providertest.Run(t, func(tb testing.TB) providertest.Fixture {
-		p := openTest(tb, Config{ControllerUUID: controller, Zones: []string{"a", "b"}})
+		proxy := newDaemonProxy(tb, DefaultSocket)
+		p := openTest(tb, Config{ControllerUUID: controller, Zones: []string{"a", "b"}, Socket: proxy.socket})
 		return providertest.Fixture{
 			Provider:       p,
 			ControllerUUID: controller,
@@ -104,6 +113,12 @@ func TestConformance(t *testing.T) {
 			UnknownBase: "windows@2022",
 			Unfittable:  &muster.Constraints{Cores: 4096},
 			Wait:        time.Minute,
+			// The daemon's pool is shared by all zones, so a full one
+			// is reported as a capacity error of the start's zone.
+			ExhaustZone: func(tb testing.TB, zone string) {
+				proxy.failNextCreate("Failed creating instance from image: write /var/lib/lxd/x: no space left on device")
+			},
+			Slow: func(tb testing.TB) { proxy.setSlow() },
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,11 @@ func TestParseConfig(t *testing.T) {
 		})
 	}
 }
+
+var instanceNameRE = regexp.MustCompile(`^mu-[a-z0-9-]{1,8}-m[a-z0-9-]{1,24}-[0-9a-f]{12}$`)
+
+// ownName reports whether id has the shape of InstanceName's names.
+func ownName(id string) bool { return instanceNameRE.MatchString(id) }
 
 func TestInstanceName(t *testing.T) {
 	model := "0c5d3f4e-7a2b-4c1d-8e9f-a1b2c3d4e5f6"
@@ -226,7 +232,7 @@ func TestClientAgainstFakeDaemon(t *testing.T) {
 		t.Errorf("slow request: got %v, want context.DeadlineExceeded", err)
 	}
 	dead := NewClient(filepath.Join(t.TempDir(), "none.socket"))
-	_, err = dead.Server(ctx)
+	_, err = dead.Resources(ctx)
 	if k := muster.ProviderErrorKindOf(classify(err, "", "connect")); err == nil || k != muster.ErrUnavailable {
 		t.Errorf("no daemon: got %v (%s), want an unavailable error", err, k)
 	}

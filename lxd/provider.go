@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,19 +68,14 @@ func Open(ctx context.Context, cfg Config) (*Provider, error) {
 		networks: map[string]string{},
 		tokens:   map[string]chan struct{}{},
 	}
-	srv, err := p.c.Server(ctx)
+	// Not GET /1.0: LXD 5.0 was seen to hold that for minutes while it
+	// answered everything else at once.
+	res, err := p.c.Resources(ctx)
 	if err != nil {
 		p.c.Close()
 		return nil, classify(err, "", "connect to "+cfg.Socket)
 	}
-	if len(srv.Environment.Architectures) > 0 {
-		p.arch = musterArch(srv.Environment.Architectures[0])
-	}
-	res, err := p.c.Resources(ctx)
-	if err != nil {
-		p.c.Close()
-		return nil, classify(err, "", "read host resources")
-	}
+	p.arch = musterArch(res.CPU.Architecture)
 	p.cores, p.memMiB = res.CPU.Total, res.Memory.Total>>20
 	return p, nil
 }
@@ -134,12 +128,6 @@ func InstanceName(modelUUID, machineID, token string) string {
 	}
 	return "mu-" + clean(short(modelUUID, 8)) + "-m" + machine + "-" + hex.EncodeToString(sum[:6])
 }
-
-var instanceNameRE = regexp.MustCompile(`^mu-[a-z0-9-]{1,8}-m[a-z0-9-]{1,24}-[0-9a-f]{12}$`)
-
-// ownName reports whether id has the shape of this package's instance
-// names; other ids are never looked up.
-func ownName(id string) bool { return instanceNameRE.MatchString(id) }
 
 func short(s string, n int) string {
 	if len(s) > n {
@@ -237,8 +225,7 @@ func toInstance(in Instance) muster.Instance {
 }
 
 // StopInstances deletes instances of this model and their volumes. Ids
-// that are unknown, not of this package's shape, or of another model or
-// controller are skipped (H7).
+// that are unknown or of another model or controller are skipped (H7).
 func (p *Provider) StopInstances(ctx context.Context, ids ...string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("stop instances: %w", err)
@@ -251,7 +238,7 @@ func (p *Provider) StopInstances(ctx context.Context, ids ...string) error {
 		seen = map[string]bool{}
 	)
 	for _, id := range ids {
-		if seen[id] || !ownName(id) {
+		if seen[id] || id == "" {
 			continue
 		}
 		seen[id] = true
