@@ -132,6 +132,7 @@ func TestForeignInstanceUntouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
+		p.c.SetState(context.Background(), name, "stop", true) // running only if a start adopted it
 		if err := p.c.DeleteInstance(context.Background(), name); err != nil {
 			t.Errorf("delete foreign instance: %v", err)
 		}
