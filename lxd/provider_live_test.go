@@ -16,7 +16,7 @@ func TestStartRecordsConstraintsAndVolumes(t *testing.T) {
 	p := openTest(t, Config{Zones: []string{"a", "b"}})
 	ctx := testCtx(t)
 	sp := startParams(p, "3", "b")
-	sp.Constraints = muster.Constraints{Cores: 1, Mem: 512}
+	sp.Constraints = muster.Constraints{Cores: 1, Mem: 512, RootDisk: 2048}
 	sp.Volumes = []muster.Volume{{Name: "data", Size: 1024}}
 	sp.Attachments = []muster.VolumeAttachment{{Volume: "data", MachineID: "3"}}
 	res, err := p.StartInstance(ctx, sp)
@@ -36,11 +36,14 @@ func TestStartRecordsConstraintsAndVolumes(t *testing.T) {
 			t.Errorf("config %s = %q, want %q", k, got, want)
 		}
 	}
+	if got := in.Devices["root"]["size"]; got != "2048MiB" {
+		t.Errorf("root disk size %q, want 2048MiB", got)
+	}
 	if got := in.Devices["eth0"]["network"]; got != p.NetworkName("b") {
 		t.Errorf("nic on network %q, want zone b's %q", got, p.NetworkName("b"))
 	}
 	hw := res.Hardware
-	if hw.Cores != 1 || hw.Mem != 512 || hw.Arch != "amd64" || hw.AvailabilityZone != "b" {
+	if hw.Cores != 1 || hw.Mem != 512 || hw.RootDisk != 2048 || hw.Arch != "amd64" || hw.AvailabilityZone != "b" {
 		t.Errorf("hardware: got %+v", hw)
 	}
 	if len(res.Volumes) != 1 || res.Volumes[0].Name != "data" || res.Volumes[0].VolumeID != res.Instance.ID+"-data" || res.Volumes[0].Size != 1024 {
