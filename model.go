@@ -62,6 +62,7 @@ type Settings struct {
 	RateLimitRate       float64       // calls per second, default 100
 	SimAgents           bool          // run simulated agents on sim instances, default true
 	BatchStarts         bool          // use batch starts when the provider offers them (E3), default true
+	EventRetention      time.Duration // events and change-log entries older than this are trimmed (S10), default 168h
 }
 
 // DefaultSettings returns the settings of a new model.
@@ -114,6 +115,8 @@ var SettingKeys = []SettingKey{
 		get: func(s *Settings) any { return &s.SimAgents }},
 	{Name: "batch-starts", Type: "bool", Default: "true", Doc: "launch many like machines in one provider call where the provider can",
 		get: func(s *Settings) any { return &s.BatchStarts }},
+	{Name: "event-retention", Type: "duration", Default: "168h", Min: "1h", Max: "8760h", Doc: "events and change-log entries older than this are trimmed",
+		get: func(s *Settings) any { return &s.EventRetention }},
 }
 
 // LookupSettingKey returns the key named name.

@@ -21,6 +21,10 @@ type EventFilter struct {
 	MachineID string
 	AfterSeq  int64 // only events with Seq > AfterSeq
 	Limit     int   // at most this many, newest last; 0 = no limit
+	// Page, when not 0, reads at most this many events after AfterSeq,
+	// oldest first: a page of the log, for readers that go through it with
+	// bounded memory. Not together with Limit.
+	Page int
 }
 
 // ChangeKind names what a change log entry is about.
@@ -39,6 +43,11 @@ type ChangeSet struct {
 	Machines []string // ids of machines added, changed or removed, sorted, no repeats
 	Model    bool     // the model's settings or config changed
 	Events   bool     // events were appended
+	// Resync is set when the watcher resumed from a revision whose
+	// change-log entries were trimmed (S10): Machines then holds every
+	// machine of the model, and a machine removed in the gap is simply
+	// missing from it, so the consumer reconciles in full.
+	Resync bool
 }
 
 // Watcher delivers ChangeSets until it is closed or its context ends. The
@@ -81,7 +90,10 @@ type MachineStore interface {
 	// UpdateMachines applies the updates in one transaction: all or none.
 	// ENotFound for a missing machine, EInvalid for a life that would move
 	// backward or a bad status.
-	UpdateMachines(ctx context.Context, modelUUID string, us []MachineUpdate) error
+	// The events, when given, are appended in the same transaction, so a
+	// watcher or reader never sees a change without its event or events
+	// out of the order of their changes (S10).
+	UpdateMachines(ctx context.Context, modelUUID string, us []MachineUpdate, events ...Event) error
 	// RecordInstances records started instances (P11) in one transaction.
 	// Each record is refused on its own (errs[i] with EConflict) if the
 	// machine is dead, already has an instance, or the nonce differs from
@@ -112,6 +124,19 @@ type EventStore interface {
 	AppendEvents(ctx context.Context, es []Event) error
 	// Events returns a model's events in Seq order.
 	Events(ctx context.Context, modelUUID string, f EventFilter) ([]Event, error)
+	// Trim deletes a model's events and change-log entries older than
+	// retention (S10). A watcher that has not read past the trimmed
+	// entries gets a full resync instead of a gap. ENotFound for an
+	// unknown model, EInvalid for a retention of zero or less. Safe for
+	// concurrent use.
+	Trim(ctx context.Context, modelUUID string, retention time.Duration) (Trimmed, error)
+}
+
+// Trimmed says what one Trim deleted.
+type Trimmed struct {
+	Events  int   // events deleted
+	Changes int   // change-log entries deleted
+	Floor   int64 // revision up to which the model's change log is gone
 }
 
 // ChangeWatcher watches a model's change log.

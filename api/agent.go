@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/auth"
+	"golang.org/x/time/rate"
 )
 
 // MissedHeartbeats is how many heartbeat periods may pass in silence
@@ -30,6 +32,74 @@ type agentSession struct {
 	mu       sync.Mutex
 	period   time.Duration
 	periodAt time.Time
+
+	// writeMu serialises the agent's writes, so each becomes at most one
+	// event (S6); writes is their budget.
+	writeMu sync.Mutex
+	writes  *rate.Limiter
+}
+
+// Agent write limits (S6): an agent reports its status, hardware and
+// addresses a few times in its life, so a bucket of agentWriteBurst
+// refilled at agentWriteRate a second never slows an honest agent and
+// keeps a stolen credential from filling the store.
+const (
+	agentWriteBurst = 10
+	agentWriteRate  = 0.2
+)
+
+// Bounds of agent-reported fields (S6).
+const (
+	maxStatusMessage = 1024
+	maxAddresses     = 64
+	maxHardwareName  = 64
+)
+
+// checkAgentUpdate refuses agent-reported fields that are too long or
+// that do not parse: messages over 1 KiB, addresses that are not IP
+// addresses, hardware names with anything but letters, digits and -_.
+func checkAgentUpdate(req AgentUpdate) error {
+	if req.StatusMessage != nil && len(*req.StatusMessage) > maxStatusMessage {
+		return muster.Errorf(muster.EInvalid, "bad status message: %d bytes, want at most %d", len(*req.StatusMessage), maxStatusMessage)
+	}
+	if req.Addresses != nil {
+		if n := len(*req.Addresses); n > maxAddresses {
+			return muster.Errorf(muster.EInvalid, "bad addresses: %d, want at most %d", n, maxAddresses)
+		}
+		for _, a := range *req.Addresses {
+			if _, err := netip.ParseAddr(a); err != nil {
+				return muster.Errorf(muster.EInvalid, "bad address %q: want an IP address", muster.Printable(trim(a)))
+			}
+		}
+	}
+	if hw := req.Hardware; hw != nil {
+		for _, f := range []struct{ name, value string }{{"arch", hw.Arch}, {"availability-zone", hw.AvailabilityZone}} {
+			if !hardwareName(f.value) {
+				return muster.Errorf(muster.EInvalid, "bad hardware %s %q: want at most %d letters, digits, '-', '_' or '.'", f.name, muster.Printable(trim(f.value)), maxHardwareName)
+			}
+		}
+	}
+	return nil
+}
+
+func hardwareName(s string) bool {
+	if len(s) > maxHardwareName {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// trim shortens s for an error message.
+func trim(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 type sessionKey struct{ model, machine string }
@@ -72,6 +142,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	sess := &agentSession{
 		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
 		period: m.Settings.AgentHeartbeat, periodAt: s.clock.Now(),
+		writes: rate.NewLimiter(agentWriteRate, agentWriteBurst),
 	}
 	s.hb.addSession(hash, sess)
 	s.hb.beat(sess)
@@ -143,6 +214,15 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	if err := decode(r, &req); err != nil {
 		return err
 	}
+	if err := checkAgentUpdate(req); err != nil {
+		return err
+	}
+	own := principalOf(r.Context()).agent
+	own.writeMu.Lock()
+	defer own.writeMu.Unlock()
+	if !own.writes.AllowN(s.clock.Now(), 1) {
+		return muster.Errorf(muster.EUnavailable, "agent of machine %s writes too often: slow down", own.machineID)
+	}
 	u := muster.MachineUpdate{StatusMessage: req.StatusMessage, Hardware: req.Hardware, Addresses: req.Addresses}
 	if req.Status != nil {
 		switch st := muster.MachineStatus(*req.Status); st {
@@ -170,18 +250,20 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	}
 	u.ID = mc.ID
 	ctx := r.Context()
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
-		return err
-	}
+	// Events only for what actually changes, written with the change.
+	var es []muster.Event
 	if u.Life != nil && mc.Life != muster.LifeDead {
-		s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)}})
+		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)})
 	}
 	if u.Status != nil && *u.Status != mc.Status {
 		msg := fmt.Sprintf("machine %s %s", mc.ID, *u.Status)
 		if u.StatusMessage != nil && *u.StatusMessage != "" {
 			msg += ": " + *u.StatusMessage
 		}
-		s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg}})
+		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg})
+	}
+	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, es...); err != nil {
+		return err
 	}
 	s.hb.beat(sess)
 	mc, err = s.store.Machine(ctx, sess.modelUUID, mc.ID)
@@ -256,13 +338,14 @@ func newHeartbeats(s *Server) *heartbeats {
 // addSession registers a login, revoking the machine's earlier token.
 func (h *heartbeats) addSession(hash string, sess *agentSession) {
 	k := sessionKey{sess.modelUUID, sess.machineID}
+	// Both steps under the lock: two logins racing must not leave the
+	// loser's token stored after the winner revoked it (S6).
 	h.mu.Lock()
-	old, ok := h.byMachine[k]
-	h.byMachine[k] = hash
-	h.mu.Unlock()
-	if ok {
+	defer h.mu.Unlock()
+	if old, ok := h.byMachine[k]; ok {
 		h.s.sessions.Delete(old)
 	}
+	h.byMachine[k] = hash
 	h.s.sessions.Store(hash, sess)
 }
 
@@ -303,12 +386,12 @@ func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
 		return nil
 	}
 	u := muster.MachineUpdate{ID: mc.ID, Status: muster.Ptr(muster.StatusStarted), StatusMessage: muster.Ptr("")}
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}); err != nil {
+	up := muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
+		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}
+	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, up); err != nil {
 		return err
 	}
 	s.logger.Info("machine up again", "model", sess.modelName, "machine", mc.ID)
-	s.appendEvents(ctx, []muster.Event{{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
-		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}})
 	return nil
 }
 
@@ -392,7 +475,7 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		byModel[k.model] = append(byModel[k.model], k.machine)
 	}
 	for model, ids := range byModel {
-		if s.cfg.Monitors != nil && !s.cfg.Monitors(model) {
+		if s.cfg.Runtime != nil && !s.cfg.Runtime.Monitors(model) {
 			// Another controller watches this model's agents: forget
 			// them here rather than set them down.
 			h.mu.Lock()
@@ -439,10 +522,12 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		if len(us) == 0 {
 			continue
 		}
-		if err := s.store.UpdateMachines(ctx, model, us); err != nil {
+		// Each change with its event, in one transaction: a heartbeat that
+		// brings the machine up again cannot get its event in before this.
+		if err := s.store.UpdateMachines(ctx, model, us, es...); err != nil {
 			// One machine removed meanwhile fails the batch: go one by one.
-			for _, u := range us {
-				if err := s.store.UpdateMachines(ctx, model, []muster.MachineUpdate{u}); err != nil && ctx.Err() == nil {
+			for i, u := range us {
+				if err := s.store.UpdateMachines(ctx, model, []muster.MachineUpdate{u}, es[i]); err != nil && ctx.Err() == nil {
 					s.logger.Warn("heartbeat monitor: set machine down", "model", model, "machine", u.ID, "err", err)
 				}
 			}
@@ -450,6 +535,5 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		for _, e := range es {
 			s.logger.Info("machine down", "model", model, "machine", e.MachineID)
 		}
-		s.appendEvents(ctx, es)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
 )
 
 func TestAgentLogin(t *testing.T) {
@@ -142,7 +143,7 @@ func TestHeartbeatDownAndUp(t *testing.T) {
 		t.Fatalf("after 2.5 missed heartbeats: got %s, want started", got)
 	}
 	h.clock.Advance(5 * time.Second) // 3 missed
-	eventually(t, "machine down", func() bool { return status() == muster.StatusDown })
+	testutil.Eventually(t, "machine down", func() bool { return status() == muster.StatusDown })
 	if msg := h.machine(t, "0").StatusMessage; msg == "" {
 		t.Errorf("got empty status message for a down machine")
 	}
@@ -156,12 +157,12 @@ func TestHeartbeatDownAndUp(t *testing.T) {
 	// And it can go down again.
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
-	eventually(t, "machine down again", func() bool { return status() == muster.StatusDown })
+	testutil.Eventually(t, "machine down again", func() bool { return status() == muster.StatusDown })
 
 	// The monitor appends its event just after the status change.
 	want := "add-machine login started down up down"
 	var got string
-	eventually(t, "events "+want, func() bool {
+	testutil.Eventually(t, "events "+want, func() bool {
 		es, err := h.admin.Events(ctx, "default", api.EventQuery{Machine: "0"})
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +189,7 @@ func TestHeartbeatAdoptsStarted(t *testing.T) {
 	h.srv.Start()
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
-	eventually(t, "machine down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
+	testutil.Eventually(t, "machine down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
 	if got := h.machine(t, "1").Status; got != muster.StatusPending {
 		t.Errorf("pending machine: got %s, want pending", got)
 	}
@@ -217,7 +218,7 @@ func TestRemovedMachineTokenRevoked(t *testing.T) {
 	wantCode(t, err, muster.ENotFound)
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
-	eventually(t, "token revoked", func() bool {
+	testutil.Eventually(t, "token revoked", func() bool {
 		_, err := agent.AgentMachine(ctx, "default", "0")
 		return muster.IsCode(err, muster.EUnauthorized)
 	})
@@ -268,7 +269,7 @@ func TestAgentMakesDyingMachineDead(t *testing.T) {
 // it shows that the monitor did run.
 func TestHeartbeatMonitorsOnlyItsModels(t *testing.T) {
 	var watched string
-	h := newHarness(t, func(c *api.Config) { c.Monitors = func(m string) bool { return m == watched } })
+	h := newHarness(t, withRuntime(&testRuntime{monitors: func(m string) bool { return m == watched }}))
 	ctx := context.Background()
 	other, err := h.store.CreateModel(ctx, muster.Model{Name: "other", Provider: "sim", Settings: muster.DefaultSettings()})
 	if err != nil {
@@ -290,7 +291,7 @@ func TestHeartbeatMonitorsOnlyItsModels(t *testing.T) {
 	h.srv.Start()
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
-	eventually(t, "the watched model's machine down", func() bool {
+	testutil.Eventually(t, "the watched model's machine down", func() bool {
 		mc, err := h.store.Machine(ctx, other.UUID, "0")
 		return err == nil && mc.Status == muster.StatusDown
 	})

@@ -15,7 +15,7 @@ const AgentBinaryPath = "/v1/agent-binaries/"
 
 var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// handleAgentBinary serves the file Config.AgentBinary finds for the
+// handleAgentBinary serves the file Runtime.AgentBinary finds for the
 // digest in the path.
 func (s *Server) handleAgentBinary(w http.ResponseWriter, r *http.Request) {
 	sum := r.PathValue("sha256")
@@ -23,11 +23,11 @@ func (s *Server) handleAgentBinary(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, muster.Errorf(muster.EInvalid, "agent binary %q: want a SHA-256 in lower-case hex", sum))
 		return
 	}
-	if s.cfg.AgentBinary == nil {
+	if s.cfg.Runtime == nil {
 		s.fail(w, r, muster.Errorf(muster.ENotFound, "no agent binary with SHA-256 %s", sum))
 		return
 	}
-	path, err := s.cfg.AgentBinary(sum)
+	path, err := s.cfg.Runtime.AgentBinary(sum)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -22,14 +22,12 @@ func TestAgentBinaryDownload(t *testing.T) {
 	if err := os.WriteFile(path, content, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *api.Config) {
-		c.AgentBinary = func(s string) (string, error) {
-			if s == digest {
-				return path, nil
-			}
-			return "", muster.Errorf(muster.ENotFound, "no agent binary with SHA-256 %s", s)
+	h := newHarness(t, withRuntime(&testRuntime{agentBinary: func(s string) (string, error) {
+		if s == digest {
+			return path, nil
 		}
-	})
+		return "", muster.Errorf(muster.ENotFound, "no agent binary with SHA-256 %s", s)
+	}}))
 	// No credentials: an instance downloads it at boot.
 	resp, err := h.client(t, "").HTTPClient().Get(h.ts.URL + api.AgentBinaryPath + digest)
 	if err != nil {

@@ -22,6 +22,17 @@ func planApply(req ApplyRequest, ms []muster.Machine) ([]GroupPlan, []muster.Mac
 			alive[m.Group] = append(alive[m.Group], m.ID)
 		}
 	}
+	total := 0
+	for _, g := range req.Groups {
+		if g.Count > 0 {
+			total += min(g.Count, MaxAddMachines+1)
+		}
+	}
+	if total > MaxAddMachines {
+		// Per request, not per group: ten groups of the maximum would
+		// declare ten times it (S7).
+		return nil, nil, muster.Errorf(muster.EInvalid, "too many machines in one apply: the groups ask for %d, at most %d", total, MaxAddMachines)
+	}
 	seen := map[string]bool{}
 	plans := make([]GroupPlan, len(req.Groups))
 	ts := make([]muster.MachineTemplate, len(req.Groups))

@@ -177,11 +177,9 @@ func startBrowser(t *testing.T) (context.Context, *harness) {
 	if chrome == "" {
 		t.Fatal("MUSTER_TEST_BROWSER=1 but no chromium found: apt-get install chromium")
 	}
-	h := newHarness(t, func(c *api.Config) {
-		c.Zones = func(context.Context, string) ([]muster.Zone, error) {
-			return []muster.Zone{{Name: "a", Available: true}, {Name: "b", Available: true}, {Name: "c", Available: true}, {Name: "d"}}, nil
-		}
-	})
+	h := newHarness(t, withRuntime(&testRuntime{zones: func(context.Context, string) ([]api.ZoneInfo, error) {
+		return []api.ZoneInfo{{Name: "a", Available: true}, {Name: "b", Available: true}, {Name: "c", Available: true}, {Name: "d"}}, nil
+	}}))
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome),
 		chromedp.UserDataDir(t.TempDir()),

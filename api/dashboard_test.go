@@ -423,7 +423,9 @@ func TestDashboardSignout(t *testing.T) {
 }
 
 func TestStatusMachinesFilter(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, withRuntime(&testRuntime{zones: func(context.Context, string) ([]api.ZoneInfo, error) {
+		return []api.ZoneInfo{{Name: "a", Available: true}, {Name: "b", Available: true, Machines: 1}}, nil
+	}}))
 	h.addMachines(t, api.AddMachinesRequest{Count: 4})
 	h.provision(t, "2", "b")
 	ctx := context.Background()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/musterhq/muster"
@@ -81,6 +82,40 @@ type MachinesChange struct {
 	Machines []string `json:"machines"`
 }
 
+// MaxStreamsPerSession bounds the event streams one session (the admin
+// token, one dashboard sign-in) holds open at once (S7).
+const MaxStreamsPerSession = 8
+
+// streamPage is how many events a stream reads from the store at a time,
+// so a long backlog is replayed with bounded memory (S7).
+const streamPage = 256
+
+// streamCounts counts the open event streams of each session.
+type streamCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// open takes a stream for key, or refuses when it has MaxStreamsPerSession.
+func (c *streamCounts) open(key string) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[key] >= MaxStreamsPerSession {
+		return nil, muster.Errorf(muster.EUnavailable, "this session has %d event streams open, the most allowed: close one first", MaxStreamsPerSession)
+	}
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.n[key]--; c.n[key] <= 0 {
+			delete(c.n, key)
+		}
+	}, nil
+}
+
 // handleEventStream serves a model's events as server-sent events: first
 // the events after the resume point (Last-Event-ID, else ?after=, else the
 // start of the log), then each event as it is appended, interleaved with
@@ -103,6 +138,11 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
+	release, err := s.streams.open(principalOf(r.Context()).key)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := r.Context()
 	rev, err := s.store.Revision(ctx)
 	if err != nil {
@@ -123,25 +163,30 @@ func (s *Server) handleEventStream(w http.ResponseWriter, r *http.Request) error
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
+	f.Page = streamPage
 	send := func() error {
-		es, err := s.store.Events(ctx, m.UUID, f)
-		if err != nil {
-			return err
-		}
-		for _, e := range es {
-			if e.Seq <= f.AfterSeq {
-				continue
-			}
-			b, err := json.Marshal(eventInfo(e))
+		for {
+			es, err := s.store.Events(ctx, m.UUID, f)
 			if err != nil {
 				return err
 			}
-			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, b); err != nil {
+			for _, e := range es {
+				b, err := json.Marshal(eventInfo(e))
+				if err != nil {
+					return err
+				}
+				if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.Seq, b); err != nil {
+					return err
+				}
+				f.AfterSeq = e.Seq
+			}
+			if err := rc.Flush(); err != nil {
 				return err
 			}
-			f.AfterSeq = e.Seq
+			if len(es) < f.Page {
+				return nil
+			}
 		}
-		return rc.Flush()
 	}
 	if err := send(); err != nil {
 		s.logger.Debug("event stream ended", "model", m.Name, "err", err)

@@ -184,15 +184,59 @@ func wantCode(tb testing.TB, err error, code string) {
 	}
 }
 
-// eventually polls cond until it holds, for state changed by a goroutine
-// of the server; the deadline only guards against hanging.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+// testRuntime is a hand-written api.Runtime: each nil func answers as a
+// controller with nothing configured would.
+type testRuntime struct {
+	zones            func(ctx context.Context, modelUUID string) ([]api.ZoneInfo, error)
+	provisionerError func(modelUUID string) string
+	monitors         func(modelUUID string) bool
+	validateModel    func(m muster.Model) error
+	agentBinary      func(sha256 string) (string, error)
+	providerHandler  func(modelUUID string) http.Handler
+}
+
+var _ api.Runtime = (*testRuntime)(nil)
+
+func (r *testRuntime) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInfo, error) {
+	if r.zones == nil {
+		return nil, nil
 	}
+	return r.zones(ctx, modelUUID)
+}
+
+func (r *testRuntime) ProvisionerError(modelUUID string) string {
+	if r.provisionerError == nil {
+		return ""
+	}
+	return r.provisionerError(modelUUID)
+}
+
+func (r *testRuntime) Monitors(modelUUID string) bool {
+	return r.monitors == nil || r.monitors(modelUUID)
+}
+
+func (r *testRuntime) ValidateModel(m muster.Model) error {
+	if r.validateModel == nil {
+		return nil
+	}
+	return r.validateModel(m)
+}
+
+func (r *testRuntime) AgentBinary(sum string) (string, error) {
+	if r.agentBinary == nil {
+		return "", muster.Errorf(muster.ENotFound, "no agent binary with SHA-256 %s", sum)
+	}
+	return r.agentBinary(sum)
+}
+
+func (r *testRuntime) ProviderHandler(modelUUID string) http.Handler {
+	if r.providerHandler == nil {
+		return nil
+	}
+	return r.providerHandler(modelUUID)
+}
+
+// withRuntime is a newHarness hook that serves the API over rt.
+func withRuntime(rt *testRuntime) func(*api.Config) {
+	return func(c *api.Config) { c.Runtime = rt }
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -336,35 +335,13 @@ func instanceZone(i *muster.InstanceInfo) string {
 	return i.Hardware.AvailabilityZone
 }
 
-// zoneTable counts machines per zone over the provider's zones; zones that
-// machines are in but the provider does not list show as unavailable.
-func (s *Server) zoneTable(ctx context.Context, modelUUID string, ms []muster.Machine) ([]ZoneInfo, error) {
-	var zones []muster.Zone
-	var err error
-	if s.cfg.Zones != nil {
-		zones, err = s.cfg.Zones(ctx, modelUUID)
+// zones returns the model's zone table from the runtime; none without
+// one.
+func (s *Server) zones(ctx context.Context, modelUUID string) ([]ZoneInfo, error) {
+	if s.cfg.Runtime == nil {
+		return nil, nil
 	}
-	counts := map[string]int{}
-	for _, m := range ms {
-		if m.Instance != nil {
-			if z := instanceZone(m.Instance); z != "" {
-				counts[z]++
-			}
-		}
-	}
-	out := make([]ZoneInfo, 0, len(zones))
-	listed := map[string]bool{}
-	for _, z := range zones {
-		listed[z.Name] = true
-		out = append(out, ZoneInfo{Name: z.Name, Available: z.Available, Machines: counts[z.Name]})
-	}
-	for z, n := range counts {
-		if !listed[z] {
-			out = append(out, ZoneInfo{Name: z, Machines: n})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, err
+	return s.cfg.Runtime.Zones(ctx, modelUUID)
 }
 
 // MaxStatusMachines bounds the ids of one GET .../status?machines=… .
@@ -422,13 +399,17 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		Machines:    make(map[string]MachineStatus, len(ms)),
 		Zones:       map[string]ZoneStatus{},
 	}
-	if s.cfg.ProvisionerStatus != nil {
-		st.ProvisionerError = s.cfg.ProvisionerStatus(m.UUID)
+	if s.cfg.Runtime != nil {
+		st.ProvisionerError = s.cfg.Runtime.ProvisionerError(m.UUID)
 	}
+	counts := map[string]int{} // of the machines asked for
 	for _, mc := range ms {
 		st.Machines[mc.ID] = machineStatus(mc)
+		if mc.Instance != nil {
+			counts[instanceZone(mc.Instance)]++
+		}
 	}
-	zones, err := s.zoneTable(r.Context(), m.UUID, ms)
+	zones, err := s.zones(r.Context(), m.UUID)
 	if err != nil {
 		// Status stays useful while the provider is unreachable. Filtered
 		// requests come from open dashboards, up to twice a second: they
@@ -440,6 +421,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		s.logger.Log(r.Context(), lvl, "list zones for status", "model", m.Name, "err", err)
 	}
 	for _, z := range zones {
+		if ids != nil {
+			z.Machines = counts[z.Name]
+		}
 		st.Zones[z.Name] = ZoneStatus{Available: z.Available, Machines: z.Machines}
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -451,16 +435,15 @@ func (s *Server) handleZones(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ms, err := s.store.Machines(r.Context(), m.UUID, nil)
-	if err != nil {
-		return err
-	}
-	zones, err := s.zoneTable(r.Context(), m.UUID, ms)
+	zones, err := s.zones(r.Context(), m.UUID)
 	if err != nil {
 		if _, ok := asError(err); !ok {
 			err = &muster.Error{Code: muster.EUnavailable, Message: fmt.Sprintf("list zones of model %q: %v", m.Name, err), Err: err}
 		}
 		return err
+	}
+	if zones == nil {
+		zones = []ZoneInfo{}
 	}
 	writeJSON(w, http.StatusOK, zones)
 	return nil

@@ -93,8 +93,8 @@ func (s *Server) handleAddModel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if s.cfg.ValidateModel != nil {
-		if err := s.cfg.ValidateModel(m); err != nil {
+	if s.cfg.Runtime != nil {
+		if err := s.cfg.Runtime.ValidateModel(m); err != nil {
 			if _, ok := asError(err); !ok {
 				err = &muster.Error{Code: muster.EInvalid, Message: fmt.Sprintf("bad model %q: %v", m.Name, err), Err: err}
 			}

@@ -34,30 +34,42 @@ type Config struct {
 	// Clock drives heartbeats and stream keepalives; muster.SystemClock when nil.
 	Clock muster.Clock
 
-	// Zones returns a model's provider zones (for status and zones). Nil
-	// means no zones are known.
-	Zones func(ctx context.Context, modelUUID string) ([]muster.Zone, error)
-	// ProvisionerStatus returns "" when the model's provisioner is fine,
-	// else its last error (P20). Nil means always "".
-	ProvisionerStatus func(modelUUID string) string
-	// SimHandler returns the admin API of a model's embedded sim, or nil
-	// when the model has none. It is mounted at /v1/models/{model}/sim/
-	// with that prefix stripped.
-	SimHandler func(modelUUID string) http.Handler
-	// ValidateModel checks a new model's provider and configuration before
-	// it is created. Errors without a code are reported as invalid.
-	ValidateModel func(m muster.Model) error
+	// Runtime is the controller running the models' provisioners. Nil
+	// means none: no zones, no provisioner errors, every model's agents
+	// monitored, no model validation, no agent binaries.
+	Runtime Runtime
+	// Metrics is served at /metrics (without authentication) when not nil.
+	Metrics prometheus.Gatherer
+}
+
+// Runtime is what the Server needs from the controller that runs the
+// models' provisioners and providers. Its methods are safe for concurrent
+// use and answer without calling a provider.
+type Runtime interface {
+	// Zones returns the zone table of a model (SPEC Z1, Z2): its zones,
+	// whether each is available, and how many of the model's machines
+	// have an instance there, sorted by name. Errors are reported as
+	// unavailable unless they carry a code.
+	Zones(ctx context.Context, modelUUID string) ([]ZoneInfo, error)
+	// ProvisionerError returns "" when the model's provisioner is fine,
+	// else its last error (P20); "" too when another controller runs it.
+	ProvisionerError(modelUUID string) string
 	// Monitors reports whether this server sets the machines of a model
 	// down when their agents miss heartbeats: on a store shared by several
 	// controllers, only the one running the model's provisioner should,
-	// because agents heartbeat to it. Nil means every model.
-	Monitors func(modelUUID string) bool
-	// Metrics is served at /metrics (without authentication) when not nil.
-	Metrics prometheus.Gatherer
+	// because agents heartbeat to it.
+	Monitors(modelUUID string) bool
+	// ValidateModel checks a new model's provider and configuration before
+	// it is created. Errors without a code are reported as invalid.
+	ValidateModel(m muster.Model) error
 	// AgentBinary returns the local file of the agent binary with a
 	// SHA-256 (hex), served at AgentBinaryPath; ENotFound when there is
-	// none. Nil serves none.
-	AgentBinary func(sha256 string) (path string, err error)
+	// none.
+	AgentBinary(sha256 string) (path string, err error)
+	// ProviderHandler returns the admin API of a model's provider (an
+	// embedded sim's), or nil when it has none. It is served to admins at
+	// /v1/models/{model}/sim/ with that prefix stripped.
+	ProviderHandler(modelUUID string) http.Handler
 }
 
 // Server is the API's http.Handler. Create it with NewServer, call Start to
@@ -73,6 +85,7 @@ type Server struct {
 	sessions sync.Map // token hash → *agentSession
 	hb       *heartbeats
 	dash     *dashboard
+	streams  streamCounts
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -222,6 +235,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // principal is who made a request.
 type principal struct {
+	key       string // who, for per-session limits: "admin", "dashboard:<session>", "agent:<model>/<machine>"
 	admin     bool
 	dashboard bool   // a browser signed in to the dashboard (read-only)
 	session   string // the dashboard's session cookie, to check it again later
@@ -251,15 +265,16 @@ func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 	tok, ok := auth.BearerToken(r)
 	if !ok {
 		if sess, ok := s.dashboardSession(r); cookie && ok {
-			return principal{dashboard: true, session: sess}, nil
+			return principal{key: "dashboard:" + sess, dashboard: true, session: sess}, nil
 		}
 		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
 	}
 	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
-		return principal{admin: true}, nil
+		return principal{key: "admin", admin: true}, nil
 	}
 	if v, ok := s.sessions.Load(muster.HashSecret(tok)); ok {
-		return principal{agent: v.(*agentSession)}, nil
+		a := v.(*agentSession)
+		return principal{key: "agent:" + a.modelUUID + "/" + a.machineID, agent: a}, nil
 	}
 	return principal{}, muster.Errorf(muster.EUnauthorized, "invalid token")
 }
@@ -324,8 +339,8 @@ func (s *Server) handleSim(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var h http.Handler
-	if s.cfg.SimHandler != nil {
-		h = s.cfg.SimHandler(m.UUID)
+	if s.cfg.Runtime != nil {
+		h = s.cfg.Runtime.ProviderHandler(m.UUID)
 	}
 	if h == nil {
 		return muster.Errorf(muster.ENotFound, "model %q has no embedded sim", m.Name)

@@ -53,9 +53,7 @@ func TestAuthRefused(t *testing.T) {
 // and that each travels with the status of SPEC §5.3.
 func TestErrorCodes(t *testing.T) {
 	zonesErr := errors.New("cloud down")
-	h := newHarness(t, func(c *api.Config) {
-		c.Zones = func(ctx context.Context, model string) ([]muster.Zone, error) { return nil, zonesErr }
-	})
+	h := newHarness(t, withRuntime(&testRuntime{zones: func(ctx context.Context, model string) ([]api.ZoneInfo, error) { return nil, zonesErr }}))
 	ctx := context.Background()
 	h.addMachines(t, api.AddMachinesRequest{Count: 2})
 	pw, _ := h.provision(t, "0", "a")
@@ -258,12 +256,12 @@ func sorted(s []string) []string {
 }
 
 func TestStatusJSONHasEveryKey(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) {
-		c.Zones = func(ctx context.Context, model string) ([]muster.Zone, error) {
-			return []muster.Zone{{Name: "a", Available: true}, {Name: "b", Available: true}, {Name: "c"}}, nil
-		}
-		c.ProvisionerStatus = func(string) string { return "list instances: boom" }
-	})
+	h := newHarness(t, withRuntime(&testRuntime{
+		zones: func(ctx context.Context, model string) ([]api.ZoneInfo, error) {
+			return []api.ZoneInfo{{Name: "a", Available: true}, {Name: "b", Available: true, Machines: 1}, {Name: "c"}}, nil
+		},
+		provisionerError: func(string) string { return "list instances: boom" },
+	}))
 	h.addMachines(t, api.AddMachinesRequest{Count: 2})
 	h.provision(t, "1", "b")
 	var raw map[string]any
@@ -312,15 +310,13 @@ func TestStatusJSONHasEveryKey(t *testing.T) {
 
 func TestModels(t *testing.T) {
 	validated := 0
-	h := newHarness(t, func(c *api.Config) {
-		c.ValidateModel = func(m muster.Model) error {
-			validated++
-			if m.Provider != "sim" {
-				return fmt.Errorf("unknown provider %q", m.Provider)
-			}
-			return nil
+	h := newHarness(t, withRuntime(&testRuntime{validateModel: func(m muster.Model) error {
+		validated++
+		if m.Provider != "sim" {
+			return fmt.Errorf("unknown provider %q", m.Provider)
 		}
-	})
+		return nil
+	}}))
 	ctx := context.Background()
 	mi, err := h.admin.AddModel(ctx, api.AddModelRequest{Name: "other", Provider: "sim",
 		Config: map[string]string{"endpoint": "http://127.0.0.1:1", "harvest-mode": "all", "retry-count": "2"}})
@@ -538,16 +534,27 @@ func TestApply(t *testing.T) {
 	if got := len(h.machines(t)); got != 4 {
 		t.Errorf("after a bad apply: got %d machines, want 4", got)
 	}
+	// The cap is per request (S7): groups each within it, together over it.
+	var big api.ApplyRequest
+	for _, name := range []string{"g1", "g2", "g3"} {
+		big.Groups = append(big.Groups, api.FleetGroup{Name: name, Count: api.MaxAddMachines / 2})
+	}
+	_, err = h.admin.Apply(ctx, "default", big)
+	wantCode(t, err, muster.EInvalid)
+	if err == nil || !strings.Contains(err.Error(), "too many machines in one apply") {
+		t.Errorf("over-cap apply: got %v, want it to say why", err)
+	}
+	if got := len(h.machines(t)); got != 4 {
+		t.Errorf("after an over-cap apply: got %d machines, want 4", got)
+	}
 }
 
 func TestSimProxy(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) {
-		c.SimHandler = func(model string) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintf(w, "%s %s auth=%q", model, r.URL.Path, r.Header.Get("Authorization"))
-			})
-		}
-	})
+	h := newHarness(t, withRuntime(&testRuntime{providerHandler: func(model string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "%s %s auth=%q", model, r.URL.Path, r.Header.Get("Authorization"))
+		})
+	}}))
 	resp, err := h.admin.HTTPClient().Get(h.admin.SimURL("default") + "zones")
 	if err != nil {
 		t.Fatal(err)
@@ -578,9 +585,7 @@ func TestNoSimHandler(t *testing.T) {
 // A handler that panics answers an internal error instead of dropping the
 // connection, and the server goes on serving.
 func TestHandlerPanicIsAnInternalError(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) {
-		c.Zones = func(ctx context.Context, model string) ([]muster.Zone, error) { panic("zones exploded") }
-	})
+	h := newHarness(t, withRuntime(&testRuntime{zones: func(ctx context.Context, model string) ([]api.ZoneInfo, error) { panic("zones exploded") }}))
 	ctx := context.Background()
 	_, err := h.admin.Zones(ctx, "default")
 	wantCode(t, err, muster.EInternal)

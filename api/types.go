@@ -166,13 +166,14 @@ type EventQuery struct {
 	Limit   int
 }
 
-// FleetGroup is one group of a fleet to apply.
+// FleetGroup is one group of a fleet to apply, in an ApplyRequest and in
+// a fleet file (ParseFleet).
 type FleetGroup struct {
-	Name        string   `json:"name"`
-	Count       int      `json:"count"`
-	Constraints string   `json:"constraints,omitempty"`
-	Base        string   `json:"base,omitempty"`
-	Storage     []string `json:"storage,omitempty"`
+	Name        string   `json:"name" yaml:"name"`
+	Count       int      `json:"count" yaml:"count"`
+	Constraints string   `json:"constraints,omitempty" yaml:"constraints"`
+	Base        string   `json:"base,omitempty" yaml:"base"`
+	Storage     []string `json:"storage,omitempty" yaml:"storage"`
 }
 
 // ApplyRequest is the body of POST /v1/models/{model}/apply. Groups not

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -212,5 +213,48 @@ func TestBearerToken(t *testing.T) {
 	SetBearerToken(r, "xyz")
 	if got, _ := BearerToken(r); got != "xyz" {
 		t.Errorf("got %q, want %q", got, "xyz")
+	}
+}
+
+// TestTLS12OffersOnlyAEAD checks S9: a TLS 1.2 client that offers only
+// CBC suites is refused; one offering an AEAD suite gets through.
+func TestTLS12OffersOnlyAEAD(t *testing.T) {
+	ca, err := NewCA("test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.ServerCertificate([]string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.TLS = ServerTLSConfig(cert)
+	srv.StartTLS()
+	defer srv.Close()
+	for _, tc := range []struct {
+		name   string
+		suite  uint16
+		wantOK bool
+	}{
+		{"CBC", tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{"CBC-SHA256", tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, false},
+		{"GCM", tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{"ChaCha20", tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ClientTLSConfig(ca.CertPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxVersion = tls.VersionTLS12
+			cfg.CipherSuites = []uint16{tc.suite}
+			conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
+			if err == nil {
+				conn.Close()
+			}
+			if got := err == nil; got != tc.wantOK {
+				t.Errorf("TLS 1.2 with %s only: got ok %v (err %v), want %v", tls.CipherSuiteName(tc.suite), got, err, tc.wantOK)
+			}
+		})
 	}
 }

@@ -238,12 +238,25 @@ func (ca *CA) ServerCertificate(hosts []string, now time.Time) (tls.Certificate,
 }
 
 // ServerTLSConfig returns the TLS configuration of the controller's HTTPS
-// server (TLS 1.2 at least).
+// server: TLS 1.2 at least, and on TLS 1.2 only forward-secret AEAD
+// suites (S9); Go's TLS 1.3 suites are all AEAD.
 func ServerTLSConfig(cert tls.Certificate) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
+		CipherSuites: AEADSuites,
 		Certificates: []tls.Certificate{cert},
 	}
+}
+
+// AEADSuites are the TLS 1.2 cipher suites the controller offers: ECDHE
+// key exchange with AES-GCM or ChaCha20-Poly1305, never CBC.
+var AEADSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // ClientTLSConfig returns a TLS configuration that trusts only the CA

@@ -45,6 +45,14 @@ type Config struct {
 	// password after a restart: the cloud hands back the instance the
 	// first call made rather than launching a second one.
 	PasswordKey []byte
+	// Idle, when set, is called by the provisioner's loop each time it is
+	// about to wait with nothing ready to handle: no change, timer or
+	// worker result. rev is the revision of the last change set it
+	// handled and jobs the number of pool jobs still queued or running;
+	// with jobs == 0 nothing happens until the store changes or the clock
+	// moves. It runs on the loop goroutine and must not block. Tests use
+	// it to prove that something did not happen; nil in production.
+	Idle func(rev int64, jobs int)
 }
 
 // Observer receives metric events. Methods are called from several

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/provisioner"
 	"github.com/musterhq/muster/sim"
 )
@@ -59,6 +60,9 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 		mu      sync.Mutex
 		armed   bool
 		crashes = make(chan string, 1)
+		// interrupted counts the crashes that the cancellation of a run
+		// ended while they held up a start or a record.
+		interrupted = map[string]int{}
 	)
 	crash := func(ctx context.Context, where string) error {
 		mu.Lock()
@@ -72,6 +76,9 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 		}
 		crashes <- where
 		<-ctx.Done()
+		mu.Lock()
+		interrupted[where]++
+		mu.Unlock()
 		return ctx.Err()
 	}
 	h.store2 = &crashStore{Store: h.store, crash: crash}
@@ -112,29 +119,38 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 				t.Fatal(err)
 			}
 		}
+		// The round ends with a crash, or with the provisioner idle
+		// having done everything the round asked (no crash came up).
+		h.markIdle()
+		testutil.Eventually(t, "a crash or the provisioner idle", func() bool { return len(crashes) > 0 || h.idle() })
 		select {
 		case where := <-crashes:
 			t.Logf("round %d: crash %s", round, where)
-		case <-time.After(300 * time.Millisecond):
+		default:
 		}
 		h.stop()
+	}
+	mu.Lock()
+	starts := interrupted["before start"] + interrupted["after start"]
+	t.Logf("crashes that interrupted a run: %v", interrupted)
+	mu.Unlock()
+	if starts == 0 {
+		t.Fatalf("no crash interrupted a start in flight (%v): the test proved nothing", interrupted)
 	}
 	mu.Lock()
 	armed = false
 	mu.Unlock()
 	h.start()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c4(h, seen)
-		if err == nil {
-			break
+	var last error
+	t.Cleanup(func() {
+		if t.Failed() && last != nil {
+			t.Logf("last C4 violation: %v", last)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no convergence (C4): %v", err)
-		}
-		h.clock.Advance(20 * time.Second)
-		time.Sleep(5 * time.Millisecond)
-	}
+	})
+	h.advanceUntil("convergence (C4)", 20*time.Second, func() bool {
+		last = c4(h, seen)
+		return last == nil
+	})
 	dups := 0
 	for _, e := range h.events("") {
 		if strings.HasPrefix(e.Message, "duplicate instance") {
@@ -224,11 +240,8 @@ func TestCrashInFlightStartRepeatsLaunchToken(t *testing.T) {
 			h.start()
 			m := h.add(1, muster.MachineTemplate{})[0]
 			var first string
-			select {
-			case first = <-crashed:
-			case <-time.After(10 * time.Second):
-				t.Fatal("no start")
-			}
+			testutil.Eventually(t, "a start crashed", func() bool { return len(crashed) > 0 })
+			first = <-crashed
 			h.stop()
 			if got := h.machine(m.ID); got.HasInstance() {
 				t.Fatalf("instance recorded before the crash: %s", got.InstanceID())

@@ -109,7 +109,7 @@ func TestP18_HarvestModeChange(t *testing.T) {
 	h.clock.Advance(2 * h.model.Settings.HarvestMinAge)
 	h.start()
 	h.listed(1)
-	h.settle()
+	h.quiesce()
 	if got := h.prov.stopCalls(); len(got) != 0 {
 		t.Fatalf("got stops %v in mode destroyed, want none", got)
 	}
@@ -364,7 +364,7 @@ func TestP13_DeadWhileStartingAndStartFails(t *testing.T) {
 	h.add(1, muster.MachineTemplate{})
 	h.waitFor("start in flight", func() bool { return len(h.prov.startCalls()) == 1 })
 	h.makeDead("0")
-	h.settle()
+	h.quiesceLoop()
 	close(release)
 	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
 	if got := h.prov.stopCalls(); len(got) != 0 {
@@ -386,7 +386,7 @@ func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
 	// Let the loop take in the record's change first: a change of the
 	// dead machine arriving after the failed stop would make it try again
 	// at once, not on the next pass.
-	h.settle()
+	h.quiesce()
 	inst := h.machine("0").InstanceID()
 	var fail sync.Once
 	h.prov.setHooks(func(r *recProvider) {
@@ -398,7 +398,7 @@ func TestH4_StopFailureRetriedOnNextPass(t *testing.T) {
 	})
 	h.makeDead("0")
 	h.waitFor("failed stop", func() bool { return len(h.prov.stopCalls()) == 1 })
-	h.settle()
+	h.quiesce()
 	if m := h.machine("0"); m.Life != muster.LifeDead {
 		t.Fatalf("got life %s after a failed stop, want the machine still dead", m.Life)
 	}
@@ -421,19 +421,12 @@ func TestRestartUsesStoredSettings(t *testing.T) {
 	h.clock.Advance(2 * h.model.Settings.HarvestMinAge)
 	stale := h.model // what the controller read at its start: harvest all
 	h.setSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestNone })
-	p, err := provisioner.New(provisioner.Config{ControllerUUID: controllerUUID, Model: stale, Store: h.store, Provider: h.prov, Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	h.startModel = &stale
+	h.start()
 	h.listed(1)
-	h.settle()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	h.quiesce()
+	p := h.p
+	h.stop()
 	if _, ok := h.cloudInstances()[unknown.ID]; !ok {
 		t.Errorf("unknown instance harvested with the stale mode all; the stored mode is none")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/fakeclock"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/provisioner"
 	"github.com/musterhq/muster/sim"
 	"github.com/musterhq/muster/sqlstore"
@@ -34,6 +35,9 @@ type recProvider struct {
 	afterStart  func(ctx context.Context, sp muster.StartParams, r muster.StartResult, err error) (muster.StartResult, error)
 	beforeStop  func(ctx context.Context, ids []string) error
 	listState   string // when set, every listed instance reports this state
+	// extraList, when set, adds instances to every listing: a provider
+	// that does not filter by tags itself (H7 is then the engine's job).
+	extraList func(ctx context.Context) ([]muster.Instance, error)
 }
 
 var (
@@ -74,9 +78,14 @@ func (r *recProvider) StopInstances(ctx context.Context, ids ...string) error {
 func (r *recProvider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	r.mu.Lock()
 	r.lists++
-	state := r.listState
+	state, extra := r.listState, r.extraList
 	r.mu.Unlock()
 	insts, err := r.p.Instances(ctx)
+	if err == nil && extra != nil {
+		var more []muster.Instance
+		more, err = extra(ctx)
+		insts = append(insts, more...)
+	}
 	if state != "" {
 		for i := range insts {
 			insts[i].State = state
@@ -159,9 +168,17 @@ type harness struct {
 	// with, as its agent would use it.
 	passwords *passwords
 
+	// model, when set, is the model a provisioner is started with instead
+	// of the store's (a controller's stale copy).
+	startModel *muster.Model
+
 	cancel context.CancelFunc
 	done   chan error
 	p      *provisioner.Provisioner
+
+	idleMu   sync.Mutex
+	idleRev  int64 // revision of the running provisioner's last idle report; -1 = none
+	idleJobs int   // pool jobs out at that report
 }
 
 type harnessOpt func(*harnessConfig)
@@ -258,17 +275,28 @@ func (h *harness) start2(prov muster.Provider) {
 	if err != nil {
 		h.tb.Fatal(err)
 	}
+	if h.startModel != nil {
+		m = *h.startModel
+	}
+	h.idleMu.Lock()
+	h.idleRev = -1
+	h.idleMu.Unlock()
 	p, err := provisioner.New(provisioner.Config{
 		ControllerUUID: controllerUUID,
 		Model:          m,
-		Store:          h.store2,
-		Provider:       prov,
-		AgentBinaries:  h.binaries,
-		Clock:          h.clock,
-		Observer:       h.observer,
-		APIAddresses:   []string{"https://127.0.0.1:17070"},
-		CACert:         "test-ca",
-		PasswordKey:    h.passwordKey,
+		Store:          eventWatching{h.store2},
+		Idle: func(rev int64, jobs int) {
+			h.idleMu.Lock()
+			h.idleRev, h.idleJobs = rev, jobs
+			h.idleMu.Unlock()
+		},
+		Provider:      prov,
+		AgentBinaries: h.binaries,
+		Clock:         h.clock,
+		Observer:      h.observer,
+		APIAddresses:  []string{"https://127.0.0.1:17070"},
+		CACert:        "test-ca",
+		PasswordKey:   h.passwordKey,
 	})
 	if err != nil {
 		h.tb.Fatal(err)
@@ -295,35 +323,89 @@ func (h *harness) stop() {
 	h.cancel = nil
 }
 
-// waitFor polls cond in real time (the engine runs in goroutines) for up
-// to 10s.
+// waitFor waits until cond holds (the engine runs in goroutines).
 func (h *harness) waitFor(what string, cond func() bool) {
 	h.tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.Eventually(h.tb, what, cond)
 }
 
 // advanceUntil moves the fake clock on in steps until cond holds.
 func (h *harness) advanceUntil(what string, step time.Duration, cond func() bool) {
 	h.tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.tb.Fatalf("timed out advancing the clock until %s", what)
+	testutil.Eventually(h.tb, what, func() bool {
+		if cond() {
+			return true
 		}
 		h.clock.Advance(step)
-		time.Sleep(2 * time.Millisecond)
+		return false
+	})
+}
+
+// eventWatching is the provisioner's store with one change for the
+// tests: its watcher delivers event changes too (the provisioner ignores
+// them), so that the revision of the last change set the loop handled
+// can be compared with the store's (quiesce).
+type eventWatching struct{ provisioner.Store }
+
+func (s eventWatching) Watch(ctx context.Context, model string, from int64, kinds ...muster.ChangeKind) (muster.Watcher, error) {
+	return s.Store.Watch(ctx, model, from, append(kinds, muster.ChangeEvent)...)
+}
+
+// quiesce waits until the running provisioner is idle (Config.Idle) having
+// handled every change in the store: nothing more happens until the store
+// changes or the clock moves, so a test can then assert that something
+// did NOT happen.
+func (h *harness) quiesce() {
+	h.tb.Helper()
+	if h.cancel == nil {
+		return // not running: nothing can happen
+	}
+	h.markIdle()
+	testutil.Eventually(h.tb, "the provisioner idle at the store's revision", h.idle)
+}
+
+// quiesceLoop is quiesce for a provisioner with jobs held up on purpose
+// (a provider hook that blocks): it waits until the loop has handled
+// every change in the store and every result, whatever jobs are still
+// out.
+func (h *harness) quiesceLoop() {
+	h.tb.Helper()
+	h.markIdle()
+	testutil.Eventually(h.tb, "the provisioner's loop idle at the store's revision", func() bool {
+		_, ok := h.loopIdle()
+		return ok
+	})
+}
+
+// markIdle appends a marker event, so that the loop reports idle afresh:
+// an idle report from before the test's last step does not count.
+func (h *harness) markIdle() {
+	h.tb.Helper()
+	if err := h.store.AppendEvents(h.ctx, []muster.Event{{ModelUUID: h.model.UUID, Time: h.clock.Now(),
+		Actor: "test", Kind: "test", Message: "quiesce"}}); err != nil {
+		h.tb.Fatal(err)
 	}
 }
 
-// settle gives the engine a moment of real time to do anything it would
-// still do, for assertions that something does NOT happen.
-func (h *harness) settle() { time.Sleep(150 * time.Millisecond) }
+// idle reports whether the provisioner's last idle report came after it
+// had handled every change the store holds (see markIdle), with no job
+// out.
+func (h *harness) idle() bool {
+	jobs, ok := h.loopIdle()
+	return ok && jobs == 0
+}
+
+// loopIdle reports whether the loop's last idle report came after it had
+// handled every change the store holds, and how many jobs were out then.
+func (h *harness) loopIdle() (jobs int, ok bool) {
+	rev, err := h.store.Revision(h.ctx)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	h.idleMu.Lock()
+	defer h.idleMu.Unlock()
+	return h.idleJobs, h.idleRev >= rev
+}
 
 func (h *harness) add(n int, t muster.MachineTemplate) []muster.Machine {
 	h.tb.Helper()
@@ -467,7 +549,7 @@ func (h *harness) resync() {
 	h.tb.Helper()
 	n := h.prov.listCalls()
 	h.advanceUntil("a full pass", h.model.Settings.ResyncInterval/4, func() bool { return h.prov.listCalls() > n })
-	h.settle()
+	h.quiesce()
 }
 
 // waitTimers waits until at least n timers of the fake clock are pending.

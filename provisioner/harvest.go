@@ -42,6 +42,54 @@ func planDead(dead []muster.Machine, mode muster.HarvestMode, inView func(id str
 	return stop, remove
 }
 
+// adoptionPlan is what planAdoption decides.
+type adoptionPlan struct {
+	Adopt []muster.InstanceRecord // instances to record for their machines (C2)
+	Stop  map[string]string       // instance id → "duplicate" (C3)
+}
+
+// planAdoption applies C2 and C3 to the machines of a full pass. tagged
+// returns the listed instances tagged with a machine id that are neither
+// being stopped nor released; recorded holds the instance ids machines
+// have recorded. An alive machine without an instance adopts the instance
+// of its current launch token: only that one has the credentials stored
+// for it (C1). Every other tagged instance of a machine that is not some
+// machine's recorded instance is a duplicate, or one launched by an
+// earlier attempt whose credentials are gone, and is stopped. Machines
+// that are starting, stopping or dead are left to those paths. It is pure.
+func planAdoption(ms []muster.Machine, flagsOf func(id string) flags, tagged func(machineID string) []muster.Instance, recorded map[string]bool) adoptionPlan {
+	plan := adoptionPlan{Stop: map[string]string{}}
+	for _, m := range ms {
+		f := flagsOf(m.ID)
+		if f.starting || f.stopping || f.deferred || m.Life == muster.LifeDead {
+			continue
+		}
+		insts := tagged(m.ID)
+		if len(insts) == 0 {
+			continue
+		}
+		keep := m.InstanceID()
+		if keep == "" && m.Life == muster.LifeAlive && m.LaunchToken != "" {
+			for _, k := range insts {
+				if k.LaunchToken != m.LaunchToken {
+					continue
+				}
+				keep = k.ID
+				plan.Adopt = append(plan.Adopt, muster.InstanceRecord{MachineID: m.ID, Nonce: m.Nonce, Info: muster.InstanceInfo{
+					InstanceID: k.ID, Zone: k.Zone, Hardware: muster.Hardware{AvailabilityZone: k.Zone},
+				}})
+				break
+			}
+		}
+		for _, inst := range insts {
+			if inst.ID != keep && !recorded[inst.ID] {
+				plan.Stop[inst.ID] = "duplicate"
+			}
+		}
+	}
+	return plan
+}
+
 // unknownInput is one listed instance for findUnknown.
 type unknownInput struct {
 	Inst muster.Instance

@@ -26,9 +26,8 @@ type Provisioner struct {
 	log       *slog.Logger
 	obs       Observer
 	lim       *limiter
-	zones     *zoneTable
 	settings  atomic.Pointer[muster.Settings] // read by workers
-	withZones atomic.Bool                     // the provider has zones (Z5)
+	zoneView  atomic.Pointer[[]ZoneInfo]      // the zone table as Zones reports it
 
 	rndMu sync.Mutex
 	rnd   *rand.Rand
@@ -43,7 +42,15 @@ type Provisioner struct {
 	w *writer // batches records and events (E4)
 
 	// Owned by the loop.
+	zones        *zoneTable
+	zoneGen      int  // zones.gen when zoneView was taken
+	withZones    bool // the provider has zones (Z5)
 	pool         *pool
+	busy         int                     // pool jobs submitted and not yet done
+	rev          int64                   // revision of the last change set handled
+	waiting      map[*startJob]time.Time // starts waiting out a retry delay → when it ends
+	delayTimer   muster.Timer
+	delayNext    time.Time // when delayTimer fires
 	harvest      muster.HarvestMode
 	firstDone    bool
 	state        map[string]*mstate
@@ -119,6 +126,7 @@ func New(cfg Config) (*Provisioner, error) {
 		stoppingInst: map[string]bool{},
 		retryAt:      map[string]retryEntry{},
 		young:        map[string]time.Time{},
+		waiting:      map[*startJob]time.Time{},
 		groups:       map[string]bool{},
 		binCache:     map[string]binariesEntry{},
 	}
@@ -150,8 +158,14 @@ func (p *Provisioner) jitter(d time.Duration) time.Duration {
 	return d + time.Duration(p.rnd.Int64N(int64(d)/5+1))
 }
 
-// Zones returns the zone table (Z1). It is safe for concurrent use.
-func (p *Provisioner) Zones() []ZoneInfo { return p.zones.snapshot() }
+// Zones returns the zone table (Z1) as of the loop's last step. It is safe
+// for concurrent use.
+func (p *Provisioner) Zones() []ZoneInfo {
+	if v := p.zoneView.Load(); v != nil {
+		return append([]ZoneInfo(nil), (*v)...)
+	}
+	return nil
+}
 
 // Settings returns the settings in force.
 func (p *Provisioner) Settings() muster.Settings { return *p.settings.Load() }
@@ -202,7 +216,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 		cancel()
 		p.pool.close()
 		p.w.wait()
-		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer} {
+		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer, p.delayTimer} {
 			if t != nil {
 				t.Stop()
 			}
@@ -225,42 +239,151 @@ func timerC(t muster.Timer) <-chan time.Time {
 	return t.C()
 }
 
-func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
-	for {
-		var err error
+// wake is what woke the loop.
+type wake int
+
+const (
+	wakeNone wake = iota // nothing was ready (non-blocking receive only)
+	wakeDone
+	wakeChanges
+	wakeFatal
+	wakeResult
+	wakeResync
+	wakeRetry
+	wakeYoung
+	wakeDelay
+)
+
+// received is one thing the loop received.
+type received struct {
+	wake wake
+	cs   muster.ChangeSet
+	ok   bool // the watcher's channel was open
+	err  error
+	r    any
+}
+
+// receive takes the next thing for the loop to do; without block it
+// returns wakeNone at once when nothing is ready.
+func (p *Provisioner) receive(ctx context.Context, w muster.Watcher, block bool) received {
+	if !block {
 		select {
 		case <-ctx.Done():
-			return nil
+			return received{wake: wakeDone}
 		case cs, ok := <-w.Changes():
-			if !ok {
+			return received{wake: wakeChanges, cs: cs, ok: ok}
+		case err := <-p.fatal:
+			return received{wake: wakeFatal, err: err}
+		case r := <-p.results:
+			return received{wake: wakeResult, r: r}
+		case <-timerC(p.resync):
+			return received{wake: wakeResync}
+		case <-timerC(p.retryTimer):
+			return received{wake: wakeRetry}
+		case <-timerC(p.youngTimer):
+			return received{wake: wakeYoung}
+		case <-timerC(p.delayTimer):
+			return received{wake: wakeDelay}
+		default:
+			return received{wake: wakeNone}
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return received{wake: wakeDone}
+	case cs, ok := <-w.Changes():
+		return received{wake: wakeChanges, cs: cs, ok: ok}
+	case err := <-p.fatal:
+		return received{wake: wakeFatal, err: err}
+	case r := <-p.results:
+		return received{wake: wakeResult, r: r}
+	case <-timerC(p.resync):
+		return received{wake: wakeResync}
+	case <-timerC(p.retryTimer):
+		return received{wake: wakeRetry}
+	case <-timerC(p.youngTimer):
+		return received{wake: wakeYoung}
+	case <-timerC(p.delayTimer):
+		return received{wake: wakeDelay}
+	}
+}
+
+func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
+	for {
+		// The zone table is the loop's; readers get a copy of each step's
+		// that changed it.
+		if p.zoneGen != p.zones.gen || p.zoneView.Load() == nil {
+			p.zoneGen = p.zones.gen
+			zs := p.zones.snapshot()
+			p.zoneView.Store(&zs)
+		}
+		in := p.receive(ctx, w, p.cfg.Idle == nil)
+		if in.wake == wakeNone {
+			// Nothing is ready: the loop has handled everything up to
+			// p.rev and waits for a change, a timer or its p.busy jobs.
+			p.cfg.Idle(p.rev, p.busy)
+			in = p.receive(ctx, w, true)
+		}
+		var err error
+		switch in.wake {
+		case wakeDone:
+			return nil
+		case wakeChanges:
+			if !in.ok {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("watch model %s: %w", p.cfg.Model.Name, w.Err())
 			}
-			err = p.handleChanges(ctx, cs)
-		case err := <-p.fatal:
-			return err
-		case r := <-p.results:
-			switch r := r.(type) {
+			err = p.handleChanges(ctx, in.cs)
+			p.rev = in.cs.Revision
+		case wakeFatal:
+			return in.err
+		case wakeResult:
+			switch r := in.r.(type) {
 			case startResult:
 				err = p.handleStartResult(ctx, r)
 			case stopResult:
 				p.handleStopResult(r)
+			case prepared:
+				p.handlePrepared(r)
+			case attemptFailed:
+				p.handleAttemptFailed(r)
+			case retryNoted:
+				p.handleRetryNoted(r)
+			case jobDone:
+				p.busy--
 			}
-		case <-timerC(p.resync):
+		case wakeResync:
 			err = p.fullPass(ctx)
-		case <-timerC(p.retryTimer):
+		case wakeRetry:
 			p.retryTimer = nil
 			err = p.autoRetry(ctx)
-		case <-timerC(p.youngTimer):
+		case wakeYoung:
 			p.youngTimer = nil
 			p.harvestMatured()
+		case wakeDelay:
+			p.delayTimer = nil
+			p.delayNext = time.Time{}
+			p.delaysOver()
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// jobDone is what every pool job sends last, so that the loop knows how
+// many are still queued or running (Config.Idle).
+type jobDone struct{}
+
+// submit queues a job on the pool; called by the loop only.
+func (p *Provisioner) submit(job func(ctx context.Context)) {
+	p.busy++
+	p.pool.submit(func(ctx context.Context) {
+		defer p.send(ctx, jobDone{})
+		job(ctx)
+	})
 }
 
 // send hands a worker's result to the loop, or drops it on shutdown.
@@ -272,7 +395,9 @@ func (p *Provisioner) send(ctx context.Context, r any) {
 }
 
 func (p *Provisioner) handleChanges(ctx context.Context, cs muster.ChangeSet) error {
-	if !p.firstDone {
+	// A resync (the watcher fell behind a trimmed change log, S10) names
+	// only the machines that still exist: a full pass forgets the others.
+	if !p.firstDone || cs.Resync {
 		if err := p.fullPass(ctx); err != nil {
 			return err
 		}
@@ -416,8 +541,47 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 			recorded[id] = true
 		}
 	}
-	// Machines that are gone are forgotten; the zone table is rebuilt from
-	// the instances (Z1), keeping the zones planned for starting machines.
+	p.rebuildZones(ms, known)
+
+	// C2 and C3.
+	plan := planAdoption(ms, p.flagsOf, p.taggedInstances, recorded)
+	stops := plan.Stop
+	if err := p.applyAdoption(ctx, ms, plan, recorded); err != nil {
+		return err
+	}
+
+	// H2, H5, H6.
+	if p.harvest.Unknown() {
+		in := make([]unknownInput, 0, len(p.view))
+		for _, e := range p.view {
+			in = append(in, unknownInput{Inst: e.inst, Seen: e.seen})
+		}
+		old, young := findUnknown(in,
+			func(inst muster.Instance) bool { return recorded[inst.ID] || known[inst.MachineID] != nil },
+			func(inst muster.Instance) bool { return p.released[inst.ID] || p.stoppingInst[inst.ID] },
+			now, s.HarvestMinAge)
+		for _, id := range old {
+			stops[id] = "unknown"
+		}
+		p.young = young
+		p.armYoung()
+	} else {
+		p.young = map[string]time.Time{}
+		p.armYoung()
+	}
+	wasFirst := !p.firstDone
+	err = p.process(ctx, ms, stops, known)
+	p.firstDone = true
+	if wasFirst {
+		p.log.Info("first pass done", "machines", len(ms), "instances", len(p.view))
+	}
+	return err
+}
+
+// rebuildZones forgets the machines that are gone and rebuilds the zone
+// table from the machines and the listed instances (Z1), keeping the zones
+// planned for starting machines.
+func (p *Provisioner) rebuildZones(ms []muster.Machine, known map[string]*muster.Machine) {
 	for id := range p.state {
 		if known[id] == nil {
 			p.forget(id)
@@ -457,100 +621,42 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 		p.zones.set(m.ID, zone)
 	}
 
-	// C2 and C3.
-	var (
-		adopt    []muster.InstanceRecord
-		adoptIdx []int
-		stops    = map[string]string{}
-	)
-	for i, m := range ms {
-		f := p.flagsOf(m.ID)
-		if f.starting || f.stopping || f.deferred || m.Life == muster.LifeDead {
-			continue
-		}
-		var tagged []muster.Instance
-		for id := range p.byMachine[m.ID] {
-			if !p.stoppingInst[id] && !p.released[id] {
-				tagged = append(tagged, p.view[id].inst)
-			}
-		}
-		if len(tagged) == 0 {
-			continue
-		}
-		keep := m.InstanceID()
-		if keep == "" && m.Life == muster.LifeAlive && m.LaunchToken != "" {
-			// Only the instance of the machine's current launch token has
-			// the credentials stored for it (C1, C2).
-			for _, k := range tagged {
-				if k.LaunchToken != m.LaunchToken {
-					continue
-				}
-				keep = k.ID
-				adopt = append(adopt, muster.InstanceRecord{MachineID: m.ID, Nonce: m.Nonce, Info: muster.InstanceInfo{
-					InstanceID: k.ID, Zone: k.Zone, Hardware: muster.Hardware{AvailabilityZone: k.Zone},
-				}})
-				adoptIdx = append(adoptIdx, i)
-				break
-			}
-		}
-		// Every other instance of the machine is a duplicate (C3), or one
-		// launched by an earlier attempt whose credentials are gone.
-		for _, inst := range tagged {
-			if inst.ID != keep && !recorded[inst.ID] {
-				stops[inst.ID] = "duplicate"
-			}
-		}
-	}
-	if len(adopt) > 0 {
-		errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, adopt)
-		if err != nil {
-			return fmt.Errorf("record adopted instances: %w", err)
-		}
-		var evs []muster.Event
-		for i, r := range adopt {
-			if errs != nil && errs[i] != nil {
-				p.log.Warn("instance not adopted", "machine", r.MachineID, "instance", r.Info.InstanceID, "err", errs[i])
-				delete(stops, r.Info.InstanceID)
-				continue
-			}
-			m := &ms[adoptIdx[i]]
-			info := r.Info
-			m.Instance = &info
-			m.InstanceStatus = muster.InstanceRunning
-			recorded[info.InstanceID] = true
-			p.zones.set(m.ID, info.Zone)
-			evs = append(evs, p.newEvent(m.ID, "adopt", "instance "+info.InstanceID+" adopted"))
-			p.log.Info("instance adopted", "machine", m.ID, "instance", info.InstanceID, "zone", info.Zone)
-		}
-		p.appendEvents(ctx, evs...)
-	}
+}
 
-	// H2, H5, H6.
-	if p.harvest.Unknown() {
-		in := make([]unknownInput, 0, len(p.view))
-		for _, e := range p.view {
-			in = append(in, unknownInput{Inst: e.inst, Seen: e.seen})
-		}
-		old, young := findUnknown(in,
-			func(inst muster.Instance) bool { return recorded[inst.ID] || known[inst.MachineID] != nil },
-			func(inst muster.Instance) bool { return p.released[inst.ID] || p.stoppingInst[inst.ID] },
-			now, s.HarvestMinAge)
-		for _, id := range old {
-			stops[id] = "unknown"
-		}
-		p.young = young
-		p.armYoung()
-	} else {
-		p.young = map[string]time.Time{}
-		p.armYoung()
+// applyAdoption records the instances plan adopts (C2) in one transaction
+// and updates ms, recorded and the zone table to match. An instance whose
+// record is refused is not adopted, and not stopped either.
+func (p *Provisioner) applyAdoption(ctx context.Context, ms []muster.Machine, plan adoptionPlan, recorded map[string]bool) error {
+	adopt, stops := plan.Adopt, plan.Stop
+	if len(adopt) == 0 {
+		return nil
 	}
-	wasFirst := !p.firstDone
-	err = p.process(ctx, ms, stops, known)
-	p.firstDone = true
-	if wasFirst {
-		p.log.Info("first pass done", "machines", len(ms), "instances", len(p.view))
+	index := make(map[string]int, len(ms))
+	for i := range ms {
+		index[ms[i].ID] = i
 	}
-	return err
+	errs, err := p.cfg.Store.RecordInstances(ctx, p.modelUUID, adopt)
+	if err != nil {
+		return fmt.Errorf("record adopted instances: %w", err)
+	}
+	var evs []muster.Event
+	for i, r := range adopt {
+		if errs != nil && errs[i] != nil {
+			p.log.Warn("instance not adopted", "machine", r.MachineID, "instance", r.Info.InstanceID, "err", errs[i])
+			delete(stops, r.Info.InstanceID)
+			continue
+		}
+		m := &ms[index[r.MachineID]]
+		info := r.Info
+		m.Instance = &info
+		m.InstanceStatus = muster.InstanceRunning
+		recorded[info.InstanceID] = true
+		p.zones.set(m.ID, info.Zone)
+		evs = append(evs, p.newEvent(m.ID, "adopt", "instance "+info.InstanceID+" adopted"))
+		p.log.Info("instance adopted", "machine", m.ID, "instance", info.InstanceID, "zone", info.Zone)
+	}
+	p.appendEvents(ctx, evs...)
+	return nil
 }
 
 // gone reports whether a listed instance is on its way out. A "stopped"
@@ -632,6 +738,17 @@ func (p *Provisioner) viewRemove(id string) {
 	}
 }
 
+// taggedInstances returns the listed instances tagged with a machine id
+// that are neither being stopped nor released, by id.
+func (p *Provisioner) taggedInstances(machineID string) []muster.Instance {
+	ids := p.taggedWith(machineID)
+	out := make([]muster.Instance, len(ids))
+	for i, id := range ids {
+		out[i] = p.view[id].inst
+	}
+	return out
+}
+
 func (p *Provisioner) taggedWith(machineID string) []string {
 	var out []string
 	for id := range p.byMachine[machineID] {
@@ -654,7 +771,7 @@ func (p *Provisioner) refreshZones(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list zones: %w", err)
 	}
-	p.withZones.Store(len(zs) > 0)
+	p.withZones = len(zs) > 0
 	for _, z := range p.zones.refresh(zs) {
 		p.log.Warn("zone unavailable but kept for its machines", "zone", z)
 	}
@@ -697,6 +814,11 @@ func (p *Provisioner) process(ctx context.Context, ms []muster.Machine, stops ma
 		st.deferred = true
 		if st.job != nil {
 			st.job.markDead()
+			// A start waiting out a retry delay ends now (P13).
+			if _, ok := p.waiting[st.job]; ok {
+				delete(p.waiting, st.job)
+				p.attempt(st.job)
+			}
 		}
 		p.log.Info("machine dead while starting; stop deferred", "machine", id)
 	}
@@ -783,7 +905,7 @@ func (p *Provisioner) handleDead(dead []muster.Machine, extra map[string]string)
 	for _, m := range dead {
 		p.stateOf(m.ID).stopping = true
 	}
-	p.pool.submit(func(ctx context.Context) { p.runStop(ctx, j) })
+	p.submit(func(ctx context.Context) { p.runStop(ctx, j) })
 }
 
 func (p *Provisioner) handleStopResult(r stopResult) {
@@ -949,37 +1071,47 @@ func (p *Provisioner) appendEvents(ctx context.Context, evs ...muster.Event) {
 // It waits a short, randomly spread delay (so that the calls throttled
 // together do not come back in lockstep) and then queues in the limiter
 // again, whose rate the throttle has cut; only a call throttled again and
-// again backs off for longer (throttleDelay).
+// again backs off for longer (throttleDelay). A start attempt does not
+// wait here but in the loop (callOnce, handleThrottled).
 func (p *Provisioner) call(ctx context.Context, kind string, fn func(ctx context.Context) error) error {
 	for n := 0; ; n++ {
-		if err := p.lim.wait(ctx); err != nil {
+		err := p.callOnce(ctx, kind, fn, n >= maxThrottleRetries)
+		if muster.ProviderErrorKindOf(err) != muster.ErrThrottled || ctx.Err() != nil || n >= maxThrottleRetries {
 			return err
 		}
-		start := p.clock.Now()
-		err := fn(ctx)
-		d := p.clock.Now().Sub(start)
-		switch {
-		case err == nil:
-			p.obs.ProviderCall(kind, "ok", d)
-			p.lim.succeeded()
-			return nil
-		case ctx.Err() != nil:
-			p.obs.ProviderCall(kind, "cancelled", d)
-			return err
-		}
-		k := muster.ProviderErrorKindOf(err)
-		p.obs.ProviderCall(kind, k.String(), d)
-		if k != muster.ErrThrottled || n >= maxThrottleRetries {
-			return err
-		}
-		p.lim.throttled()
-		r := p.lim.rateNow()
-		p.obs.Throttled(kind, r)
-		p.log.Debug("provider call throttled", "call", kind, "retry", n+1)
-		if err := p.sleep(ctx, p.spread(throttleDelay(n, r))); err != nil {
+		if err := p.sleep(ctx, p.spread(throttleDelay(n, p.lim.rateNow()))); err != nil {
 			return err
 		}
 	}
+}
+
+// callOnce makes one provider call through the rate limiter (E2) and
+// reports its outcome. A throttled call slows the limiter down, unless it
+// is the last one its caller will make (last).
+func (p *Provisioner) callOnce(ctx context.Context, kind string, fn func(ctx context.Context) error, last bool) error {
+	if err := p.lim.wait(ctx); err != nil {
+		return err
+	}
+	start := p.clock.Now()
+	err := fn(ctx)
+	d := p.clock.Now().Sub(start)
+	switch {
+	case err == nil:
+		p.obs.ProviderCall(kind, "ok", d)
+		p.lim.succeeded()
+		return nil
+	case ctx.Err() != nil:
+		p.obs.ProviderCall(kind, "cancelled", d)
+		return err
+	}
+	k := muster.ProviderErrorKindOf(err)
+	p.obs.ProviderCall(kind, k.String(), d)
+	if k == muster.ErrThrottled && !last {
+		p.lim.throttled()
+		p.obs.Throttled(kind, p.lim.rateNow())
+		p.log.Debug("provider call throttled", "call", kind)
+	}
+	return err
 }
 
 // maxThrottleRetries bounds how often one call is made again after being

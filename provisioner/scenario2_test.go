@@ -93,7 +93,7 @@ func TestScenario09_RetryCountExhausted(t *testing.T) {
 		t.Errorf("got automatic retry %s after the error, want between retry-delay %s and auto-retry-max", wait, h.model.Settings.RetryDelay)
 	}
 	h.clock.Advance(m.NextRetry.Sub(h.clock.Now()) - time.Second)
-	h.settle()
+	h.quiesce()
 	if got := len(h.prov.startCalls()); got != 2 {
 		t.Fatalf("got %d StartInstance calls before the backoff elapsed, want 2", got)
 	}
@@ -183,7 +183,7 @@ func TestScenario12_ShutdownDuringRetryDelay(t *testing.T) {
 	h.waitFor("retry delay", func() bool { return strings.Contains(h.machine("0").InstanceMessage, "retrying") })
 	h.stop()
 	h.clock.Advance(time.Hour)
-	h.settle()
+	h.quiesce()
 	if got := len(h.prov.startCalls()); got != 1 {
 		t.Errorf("got %d StartInstance calls, want 1", got)
 	}
@@ -211,7 +211,7 @@ func TestScenario13_HarvestAllKeepsKeepInstance(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		h.resync()
 	}
-	h.settle()
+	h.quiesce()
 	if _, ok := h.cloudInstances()[kept]; !ok {
 		t.Errorf("kept instance %s was stopped", kept)
 	}
@@ -245,7 +245,7 @@ func TestScenario14_HarvestModes(t *testing.T) {
 			inst := h.machine("0").InstanceID()
 			h.makeDead("0")
 			h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
-			h.settle()
+			h.quiesce()
 			var want []string
 			if tt.unknownGone {
 				want = append(want, unknown.ID)
@@ -289,7 +289,7 @@ func TestScenario15_DeadWhileStarting(t *testing.T) {
 	h.add(1, muster.MachineTemplate{})
 	h.waitFor("start in flight", func() bool { return len(h.prov.startCalls()) == 1 })
 	h.makeDead("0")
-	h.settle()
+	h.quiesceLoop()
 	if got := h.prov.stopCalls(); len(got) != 0 {
 		t.Fatalf("got stop calls %v while the start is in flight, want none", got)
 	}
@@ -298,7 +298,7 @@ func TestScenario15_DeadWhileStarting(t *testing.T) {
 	}
 	close(release)
 	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
-	h.settle()
+	h.quiesce()
 	if got := h.prov.stopCalls(); countStopped(got) != 1 {
 		t.Errorf("got stop calls %v, want exactly one instance stopped", got)
 	}
@@ -334,10 +334,10 @@ func TestScenario16_DeadEventsWhileStopping(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		h.update(muster.MachineUpdate{ID: "0", StatusMessage: muster.Ptr(fmt.Sprint("change ", i))})
 	}
-	h.settle()
+	h.quiesceLoop()
 	close(release)
 	h.waitFor("machine 0 removed", func() bool { return !h.exists("0") })
-	h.settle()
+	h.quiesce()
 	if got := h.prov.stopCalls(); len(got) != 1 {
 		t.Errorf("got %d StopInstances calls, want 1", len(got))
 	}

@@ -39,7 +39,7 @@ func TestScenario17_ResizeWorkersKeepsQueuedWork(t *testing.T) {
 	h.start()
 	h.add(10, muster.MachineTemplate{})
 	h.waitFor("4 starts in flight", func() bool { return inFlight.Load() == 4 })
-	h.settle()
+	h.quiesceLoop()
 	if got := inFlight.Load(); got != 4 {
 		t.Fatalf("got %d starts in flight with 4 workers, want 4", got)
 	}
@@ -100,7 +100,7 @@ func TestScenario18_Spaces(t *testing.T) {
 	h.start()
 	h.listed(2)
 	h.clock.Advance(time.Hour)
-	h.settle()
+	h.quiesce()
 	if got := len(startsFor(h.prov.startCalls(), "1")); got != 0 {
 		t.Errorf("got %d StartInstance calls for machine 1, want 0 (permanent error, no retry on restart)", got)
 	}
@@ -197,7 +197,7 @@ func TestScenario22_CrashBetweenStartAndRecord(t *testing.T) {
 	h.prov.setHooks(func(r *recProvider) { r.afterStart = nil })
 	h.start()
 	h.waitFor("machine 0 running", h.running("0"))
-	h.settle()
+	h.quiesce()
 	if got := len(h.prov.startCalls()); got != 1 {
 		t.Errorf("got %d StartInstance calls, want 1 (adopted, not started again)", got)
 	}
@@ -228,7 +228,7 @@ func TestScenario23_UnknownMinAge(t *testing.T) {
 	h.start()
 	h.listed(1)
 	h.clock.Advance(h.model.Settings.HarvestMinAge / 2)
-	h.settle()
+	h.quiesce()
 	if got := h.prov.stopCalls(); len(got) != 0 {
 		t.Fatalf("got stops %v for an instance younger than harvest-min-age, want none", got)
 	}

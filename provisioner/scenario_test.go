@@ -17,7 +17,7 @@ func TestScenario01_NoMachinesNoCalls(t *testing.T) {
 	h := newHarness(t)
 	h.start()
 	h.listed(1)
-	h.settle()
+	h.quiesce()
 	h.stop()
 	if got := len(h.prov.startCalls()); got != 0 {
 		t.Errorf("got %d StartInstance calls, want 0", got)
@@ -101,7 +101,7 @@ func TestScenario03_RestartDoesNotStartAgain(t *testing.T) {
 	h.stop()
 	h.start()
 	h.listed(2)
-	h.settle()
+	h.quiesce()
 	if got := len(h.prov.startCalls()); got != 1 {
 		t.Errorf("got %d StartInstance calls after restart, want 1 in total", got)
 	}
@@ -117,7 +117,7 @@ func TestScenario04_Dying(t *testing.T) {
 	h.add(1, muster.MachineTemplate{})
 	h.waitFor("machine 0 running", h.running("0"))
 	h.update(muster.MachineUpdate{ID: "0", Life: muster.Ptr(muster.LifeDying)})
-	h.settle()
+	h.quiesce()
 	if got := h.prov.stopCalls(); len(got) != 0 {
 		t.Errorf("got stop calls %v for a dying machine, want none until dead", got)
 	}
@@ -132,7 +132,7 @@ func TestScenario04_Dying(t *testing.T) {
 	h.update(muster.MachineUpdate{ID: ms[0].ID, Life: muster.Ptr(muster.LifeDying)})
 	h.start()
 	h.waitFor("machine 1 removed", func() bool { return !h.exists(ms[0].ID) })
-	h.settle()
+	h.quiesce()
 	if got := len(h.prov.startCalls()); got != 1 {
 		t.Errorf("got %d StartInstance calls, want only machine 0's", got)
 	}

@@ -21,8 +21,10 @@ import (
 // "machine-0:<uuid>", as the controller is machine 0 in Juju's terms.
 const ControllerMachineTag = "machine-0"
 
-// startJob is one machine's start. It is built by the loop and run by a
-// worker; only deferred is shared.
+// startJob is one machine's start. It is built by the loop and handed to
+// a worker for each step that does I/O (preparing, one attempt, writing a
+// status); between steps the loop owns it. Only deferred and ended are
+// read by both at once.
 type startJob struct {
 	id          string
 	info        muster.ProvisioningInfo
@@ -31,16 +33,41 @@ type startJob struct {
 	password    string
 	autoRetries int
 	queued      time.Time
-	deferred    atomic.Bool   // the machine became dead while starting (P13)
-	dead        chan struct{} // closed when deferred is set: ends a retry delay
-	ended       atomic.Bool   // the provisioning error is being written
+	deferred    atomic.Bool // the machine became dead while starting (P13)
+	ended       atomic.Bool // the provisioning error is being written
 
-	// Owned by the worker running the job.
+	// Owned by whoever runs the current step.
 	clearToken   bool // the failure clears the launch token
 	params       muster.StartParams
 	req          zoneRequest
 	attemptsLeft int
-	withZones    bool
+	withZones    bool // set by the loop: the provider has zones (Z5)
+	throttles    int  // throttled calls in a row of the current attempt (E2)
+	again        bool // the next call repeats the last one in its zone (throttled)
+}
+
+// prepared is what a worker reports when it has built the start
+// parameters of jobs (P8, P9): the loop chooses their zones and queues
+// their attempts. bs is set when the jobs go in batch starts (E3).
+type prepared struct {
+	jobs []*startJob
+	bs   muster.BatchStarter
+}
+
+// attemptFailed is what a worker reports when a start attempt failed: the
+// loop applies P10.4–P10.6 to its zone table and either ends the start or
+// schedules the next attempt.
+type attemptFailed struct {
+	job  *startJob
+	zone string // "" without zones
+	err  error
+}
+
+// retryNoted is what a worker reports when the retry status of a failed
+// attempt is written (P10.6): the loop's timer for the delay starts now.
+type retryNoted struct {
+	job   *startJob
+	delay time.Duration
 }
 
 // startResult is what a worker reports when a start job ends.
@@ -121,7 +148,7 @@ func (p *Provisioner) queueChunk(ctx context.Context, ms []muster.Machine) error
 		if !ok {
 			continue // removed meanwhile
 		}
-		j := &startJob{id: m.ID, info: info, autoRetries: m.AutoRetries, queued: now, dead: make(chan struct{})}
+		j := &startJob{id: m.ID, info: info, autoRetries: m.AutoRetries, queued: now}
 		if info.Group != "" {
 			if groupErr != nil && seen[info.Group] {
 				msg := fmt.Sprintf("distribution group of machine %s: %v", m.ID, groupErr)
@@ -191,14 +218,17 @@ func (p *Provisioner) queueChunk(ctx context.Context, ms []muster.Machine) error
 	return nil
 }
 
-// submitStarts queues start jobs: machines of the same launch shape go in
-// batches when the provider offers batch starts and the model allows them
-// (E3); the others one by one.
+// submitStarts queues the preparation of start jobs: machines of the same
+// launch shape go in batches when the provider offers batch starts and the
+// model allows them (E3); the others one by one.
 func (p *Provisioner) submitStarts(jobs []*startJob) {
+	for _, j := range jobs {
+		j.withZones = p.withZones
+	}
 	bs, ok := p.cfg.Provider.(muster.BatchStarter)
 	if !ok || !p.settings.Load().BatchStarts || bs.MaxBatch() < 2 || len(jobs) < 2 {
 		for _, j := range jobs {
-			p.pool.submit(func(ctx context.Context) { p.runStart(ctx, j) })
+			p.submit(func(ctx context.Context) { p.runPrepare(ctx, []*startJob{j}, nil) })
 		}
 		return
 	}
@@ -211,13 +241,13 @@ func (p *Provisioner) submitStarts(jobs []*startJob) {
 		}
 		byShape[k] = append(byShape[k], j)
 	}
-	// A job carries up to a full call for each zone: runBatch splits it by
+	// A job carries up to a full call for each zone: planBatch splits it by
 	// zone (Z3, Z4), so that the calls are full rather than a third full.
-	size := bs.MaxBatch() * max(1, len(p.zones.snapshot()))
+	size := bs.MaxBatch() * max(1, len(p.zones.avail))
 	for _, k := range keys {
 		js := byShape[k]
 		if len(js) == 1 {
-			p.pool.submit(func(ctx context.Context) { p.runStart(ctx, js[0]) })
+			p.submit(func(ctx context.Context) { p.runPrepare(ctx, js, nil) })
 			continue
 		}
 		// Spread the batches over the workers rather than filling one.
@@ -226,7 +256,7 @@ func (p *Provisioner) submitStarts(jobs []*startJob) {
 		for len(js) > 0 {
 			c := js[:min(per, len(js))]
 			js = js[len(c):]
-			p.pool.submit(func(ctx context.Context) { p.runBatch(ctx, bs, c) })
+			p.submit(func(ctx context.Context) { p.runPrepare(ctx, c, bs) })
 		}
 	}
 }
@@ -257,10 +287,6 @@ func failureUpdate(id, msg string, next *time.Time) muster.MachineUpdate {
 	}
 }
 
-func (p *Provisioner) runStart(ctx context.Context, j *startJob) {
-	p.report(ctx, p.startMachine(ctx, j))
-}
-
 // handleStartResult ends a start in the loop: the machine is no longer
 // starting; a deferred stop is queued now (P13).
 func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) error {
@@ -270,6 +296,7 @@ func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) erro
 		return nil
 	}
 	st.job = nil
+	delete(p.waiting, r.job)
 	if r.inst != nil {
 		p.viewAdd(*r.inst, p.clock.Now(), true)
 		p.zones.set(id, r.inst.Zone)
@@ -299,12 +326,21 @@ func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) erro
 	return nil
 }
 
-// startMachine runs P7–P12 for one machine.
-func (p *Provisioner) startMachine(ctx context.Context, j *startJob) startResult {
-	if err := p.prepare(ctx, j); err != nil {
-		return p.fail(ctx, j, err)
+// runPrepare builds the start parameters of jobs (P8, P9) on a worker. A
+// job that cannot be prepared ends with its provisioning error; the others
+// go back to the loop to have their zones chosen.
+func (p *Provisioner) runPrepare(ctx context.Context, jobs []*startJob, bs muster.BatchStarter) {
+	var ready []*startJob
+	for _, j := range jobs {
+		if err := p.prepare(ctx, j); err != nil {
+			p.report(ctx, p.fail(ctx, j, err))
+			continue
+		}
+		ready = append(ready, j)
 	}
-	return p.attemptLoop(ctx, j)
+	if len(ready) > 0 {
+		p.send(ctx, prepared{jobs: ready, bs: bs})
+	}
 }
 
 // prepare builds the start parameters (P8) and the zone request with the
@@ -326,7 +362,6 @@ func (p *Provisioner) prepare(ctx context.Context, j *startJob) error {
 	if j.req.Placement, err = muster.ParsePlacement(j.info.Placement); err != nil {
 		return err
 	}
-	j.withZones = p.withZones.Load()
 	if j.withZones && (j.info.Placement != "" || len(j.info.Storage) > 0 || len(params.SubnetsToZones) > 0) {
 		err := p.call(ctx, "derive-zones", func(ctx context.Context) error {
 			var err error
@@ -340,7 +375,9 @@ func (p *Provisioner) prepare(ctx context.Context, j *startJob) error {
 	return nil
 }
 
-// chooseZone picks the zone of the next attempt (P10.1); "" without zones.
+// chooseZone picks the zone of the next attempt (P10.1); "" without
+// zones. Called by the loop only: the choice counts the machine in its
+// zone at once (Z4), so starts queued together spread.
 func (p *Provisioner) chooseZone(j *startJob) (string, error) {
 	if !j.withZones {
 		return "", nil
@@ -348,98 +385,195 @@ func (p *Provisioner) chooseZone(j *startJob) (string, error) {
 	return p.zones.choose(j.req, p.clock.Now())
 }
 
-// attemptLoop is the attempt loop of P10 from the job's current attempt.
-func (p *Provisioner) attemptLoop(ctx context.Context, j *startJob) startResult {
-	for {
-		if j.deferred.Load() {
-			return p.fail(ctx, j, muster.Errorf(muster.EConflict, "machine %s is dead", j.id))
+// handlePrepared plans the first attempt of prepared jobs, in batches by
+// zone when they came prepared for batch starts.
+func (p *Provisioner) handlePrepared(r prepared) {
+	if r.bs == nil {
+		for _, j := range r.jobs {
+			p.attempt(j)
 		}
+		return
+	}
+	p.planBatch(r.bs, r.jobs)
+}
+
+// errDead is the end of a start whose machine died meanwhile (P13).
+func errDead(id string) error { return muster.Errorf(muster.EConflict, "machine %s is dead", id) }
+
+// submitFail ends a start with its provisioning error on a worker.
+func (p *Provisioner) submitFail(j *startJob, err error) {
+	p.submit(func(ctx context.Context) { p.report(ctx, p.fail(ctx, j, err)) })
+}
+
+// attempt plans the next attempt of a start (P10.1) and queues it.
+func (p *Provisioner) attempt(j *startJob) {
+	if j.deferred.Load() {
+		p.submitFail(j, errDead(j.id))
+		return
+	}
+	if j.again {
+		j.again = false
+	} else {
 		zone, err := p.chooseZone(j)
 		if err != nil {
-			return p.fail(ctx, j, err)
+			p.submitFail(j, err)
+			return
 		}
 		j.params.Zone = zone
-		var res muster.StartResult
-		err = p.call(ctx, "start", func(ctx context.Context) error {
-			var err error
-			res, err = p.cfg.Provider.StartInstance(ctx, j.params)
-			if err == nil && res.Instance.ID == "" {
-				err = muster.NewProviderError(muster.ErrUnavailable, "", "provider returned no instance id")
-			}
-			return err
-		})
-		if err == nil {
-			return p.finish(ctx, []*startJob{j}, []muster.StartResult{res})[0]
+	}
+	p.submit(func(ctx context.Context) { p.runAttempt(ctx, j) })
+}
+
+// runAttempt makes one start attempt (P10.2) on a worker and records the
+// instance (P11, P12), or reports the failure to the loop.
+func (p *Provisioner) runAttempt(ctx context.Context, j *startJob) {
+	var res muster.StartResult
+	err := p.callOnce(ctx, "start", func(ctx context.Context) error {
+		var err error
+		res, err = p.cfg.Provider.StartInstance(ctx, j.params)
+		if err == nil && res.Instance.ID == "" {
+			err = muster.NewProviderError(muster.ErrUnavailable, "", "provider returned no instance id")
 		}
-		delay, r, done := p.onStartError(ctx, j, zone, err)
-		if done {
-			return r
-		}
-		if err := p.sleepJob(ctx, j, delay); err != nil {
-			return startResult{job: j, aborted: true}
-		}
+		return err
+	}, j.throttles >= maxThrottleRetries)
+	switch {
+	case err == nil:
+		p.report(ctx, p.finish(ctx, []*startJob{j}, []muster.StartResult{res})[0])
+	case ctx.Err() != nil:
+		// Shutdown: nothing is recorded (P21).
+	default:
+		p.send(ctx, attemptFailed{job: j, zone: j.params.Zone, err: err})
 	}
 }
 
 // markDead flags the job's machine as dead (P13); called by the loop.
-func (j *startJob) markDead() {
-	if !j.deferred.Swap(true) && j.dead != nil {
-		close(j.dead)
-	}
-}
+func (j *startJob) markDead() { j.deferred.Store(true) }
 
-// sleepJob waits a retry delay, cut short when the machine dies.
-func (p *Provisioner) sleepJob(ctx context.Context, j *startJob, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := p.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-j.dead:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// onStartError applies P10.4–P10.6 to a failed start: either the start is
-// over (done, with its result) or it is retried after delay.
-func (p *Provisioner) onStartError(ctx context.Context, j *startJob, zone string, err error) (delay time.Duration, r startResult, done bool) {
-	if ctx.Err() != nil {
-		return 0, startResult{job: j, aborted: true}, true
+// handleAttemptFailed applies P10.4–P10.6 to a failed attempt: the start
+// ends with its provisioning error, or the zone table learns of the
+// failure and the next attempt waits for retry-delay on a timer of the
+// loop, leaving the worker free (a zone outage must not tie up the pool).
+func (p *Provisioner) handleAttemptFailed(r attemptFailed) {
+	j, zone := r.job, r.zone
+	if st := p.state[j.id]; st == nil || st.job != j {
+		return
 	}
 	s := p.settings.Load()
+	kind := muster.ProviderErrorKindOf(r.err)
+	if kind == muster.ErrThrottled && j.throttles < maxThrottleRetries && !j.deferred.Load() {
+		// The call is made again in the same zone after a short, spread
+		// delay, without using up an attempt (E2); the limiter has slowed
+		// down meanwhile.
+		d := p.spread(throttleDelay(j.throttles, p.lim.rateNow()))
+		j.throttles++
+		j.again = true
+		p.wait(j, d)
+		return
+	}
+	j.throttles = 0
 	if j.attemptsLeft <= 0 || j.deferred.Load() {
 		p.zones.forget(j.id)
-		return 0, p.fail(ctx, j, err), true
+		p.submitFail(j, r.err)
+		return
 	}
-	kind := muster.ProviderErrorKindOf(err)
 	sameAttempt := false
-	if zone != "" && zoneSpecific(err) {
+	if zone != "" && zoneSpecific(r.err) {
 		if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
 			p.zones.block(zone, j.req.Shape, p.clock.Now().Add(s.ZoneFailureTTL))
 		}
 		sameAttempt = p.zones.markFailed(j.req, zone, p.clock.Now())
 	}
-	delay = p.jitter(s.RetryDelay)
+	delay := p.jitter(s.RetryDelay)
 	var msg string
 	if sameAttempt {
-		msg = fmt.Sprintf("start in zone %s failed: %v; retrying in another zone in %s", zone, err, delay.Round(time.Second))
+		msg = fmt.Sprintf("start in zone %s failed: %v; retrying in another zone in %s", zone, r.err, delay.Round(time.Second))
 	} else {
 		j.attemptsLeft--
-		msg = fmt.Sprintf("start failed: %v; retrying in %s (%d more attempts)", err, delay.Round(time.Second), j.attemptsLeft)
+		msg = fmt.Sprintf("start failed: %v; retrying in %s (%d more attempts)", r.err, delay.Round(time.Second), j.attemptsLeft)
 	}
-	p.log.Info("start failed; retrying", "machine", j.id, "zone", zone, "err", err, "attempts-left", j.attemptsLeft)
+	p.log.Info("start failed; retrying", "machine", j.id, "zone", zone, "err", r.err, "attempts-left", j.attemptsLeft)
+	// The status is written before the delay starts, so that the next
+	// attempt's record can never be overtaken by a stale retry message.
+	p.submit(func(ctx context.Context) {
+		p.noteRetry(ctx, j, msg)
+		p.send(ctx, retryNoted{job: j, delay: delay})
+	})
+}
+
+// noteRetry sets the instance status of a start that will be retried
+// (P10.6) on a worker.
+func (p *Provisioner) noteRetry(ctx context.Context, j *startJob, msg string) {
 	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
 		ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceAllocating), InstanceMessage: muster.Ptr(msg),
 	}}); err != nil && ctx.Err() == nil && !muster.IsCode(err, muster.ENotFound) {
 		p.log.Warn("retry status not set", "machine", j.id, "err", err)
 	}
 	p.appendEvents(ctx, p.newEvent(j.id, "retry", msg))
-	return delay, startResult{}, false
+}
+
+// handleRetryNoted starts the retry delay of a start (P10.7): the job
+// waits in the loop, not on a worker. A machine that died meanwhile ends
+// its start at once (P13).
+func (p *Provisioner) handleRetryNoted(r retryNoted) {
+	if st := p.state[r.job.id]; st == nil || st.job != r.job {
+		return
+	}
+	p.wait(r.job, r.delay)
+}
+
+// wait makes a start wait d in the loop before its next attempt; a machine
+// that died meanwhile ends its start at once (P13).
+func (p *Provisioner) wait(j *startJob, d time.Duration) {
+	if j.deferred.Load() || d <= 0 {
+		p.attempt(j)
+		return
+	}
+	p.waiting[j] = p.clock.Now().Add(d)
+	p.armDelay()
+}
+
+// armDelay arms the loop's one timer for the earliest retry delay to end.
+func (p *Provisioner) armDelay() {
+	var next time.Time
+	for _, at := range p.waiting {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if p.delayTimer != nil && next.Equal(p.delayNext) {
+		return
+	}
+	if p.delayTimer != nil {
+		p.delayTimer.Stop()
+		p.delayTimer = nil
+	}
+	p.delayNext = next
+	if !next.IsZero() {
+		p.delayTimer = p.clock.NewTimer(max(next.Sub(p.clock.Now()), 0))
+	}
+}
+
+// delaysOver queues the next attempt of every start whose retry delay has
+// ended, in the order the delays end.
+func (p *Provisioner) delaysOver() {
+	now := p.clock.Now()
+	var due []*startJob
+	for j, at := range p.waiting {
+		if !at.After(now) {
+			due = append(due, j)
+		}
+	}
+	sort.Slice(due, func(a, b int) bool {
+		if ta, tb := p.waiting[due[a]], p.waiting[due[b]]; !ta.Equal(tb) {
+			return ta.Before(tb)
+		}
+		return due[a].id < due[b].id
+	})
+	for _, j := range due {
+		delete(p.waiting, j)
+		p.attempt(j)
+	}
+	p.armDelay()
 }
 
 // zoneSpecific reports whether another zone may help after err (P10.5):
@@ -522,7 +656,6 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 			out[i] = p.stopUnrecorded(ctx, j, inst.ID, fmt.Errorf("record instance %s of machine %s: %w", inst.ID, j.id, rerr))
 			continue
 		}
-		p.zones.set(j.id, inst.Zone)
 		msg := fmt.Sprintf("instance %s running", inst.ID)
 		if inst.Zone != "" {
 			msg += " in zone " + inst.Zone
@@ -543,25 +676,21 @@ func (p *Provisioner) report(ctx context.Context, r startResult) {
 	p.send(ctx, r)
 }
 
-// runBatch starts machines of one launch shape with batch starts (E3):
-// zones are chosen per machine (Z3, Z4) and the machines of each zone go
-// in one call. Machines whose start fails go on alone, each with its own
-// attempt loop (P10).
-func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs []*startJob) {
+// planBatch chooses the zones of prepared jobs of one launch shape (Z3,
+// Z4) and queues one batch start (E3) per zone and MaxBatch machines.
+// Machines whose start fails go on alone, each with its own attempts
+// (P10).
+func (p *Provisioner) planBatch(bs muster.BatchStarter, jobs []*startJob) {
 	byZone := map[string][]*startJob{}
 	var zones []string
 	for _, j := range jobs {
-		if err := p.prepare(ctx, j); err != nil {
-			p.report(ctx, p.fail(ctx, j, err))
-			continue
-		}
 		if j.deferred.Load() {
-			p.report(ctx, p.fail(ctx, j, muster.Errorf(muster.EConflict, "machine %s is dead", j.id)))
+			p.submitFail(j, errDead(j.id))
 			continue
 		}
 		zone, err := p.chooseZone(j)
 		if err != nil {
-			p.report(ctx, p.fail(ctx, j, err))
+			p.submitFail(j, err)
 			continue
 		}
 		j.params.Zone = zone
@@ -575,12 +704,13 @@ func (p *Provisioner) runBatch(ctx context.Context, bs muster.BatchStarter, jobs
 		for all := byZone[zone]; len(all) > 0; {
 			js := all[:min(len(all), most)]
 			all = all[len(js):]
-			p.startBatch(ctx, bs, zone, js)
+			p.submit(func(ctx context.Context) { p.startBatch(ctx, bs, zone, js) })
 		}
 	}
 }
 
-// startBatch starts machines in one zone with one batch start call.
+// startBatch starts machines in one zone with one batch start call, on a
+// worker; each failed start goes back to the loop.
 func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zone string, js []*startJob) {
 	ps := make([]muster.StartParams, len(js))
 	for i, j := range js {
@@ -600,6 +730,9 @@ func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zo
 		}
 		return outs[0].Err
 	})
+	if ctx.Err() != nil {
+		return // shutdown: nothing is recorded (P21)
+	}
 	if err != nil && len(outs) != len(ps) {
 		outs = make([]muster.StartOutcome, len(ps))
 		for i := range outs {
@@ -616,18 +749,12 @@ func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zo
 			okRes = append(okRes, outs[i].Result)
 			continue
 		}
-		delay, r, done := p.onStartError(ctx, j, zone, outs[i].Err)
-		if done {
-			p.report(ctx, r)
-			continue
+		if muster.ProviderErrorKindOf(outs[i].Err) == muster.ErrThrottled {
+			// call has made its throttle retries already: the failure
+			// uses up an attempt (P10), as for a single start.
+			j.throttles = maxThrottleRetries
 		}
-		p.pool.submit(func(ctx context.Context) {
-			if err := p.sleepJob(ctx, j, delay); err != nil {
-				p.send(ctx, startResult{job: j, aborted: true})
-				return
-			}
-			p.report(ctx, p.attemptLoop(ctx, j))
-		})
+		p.send(ctx, attemptFailed{job: j, zone: zone, err: outs[i].Err})
 	}
 	if len(okJobs) > 0 {
 		for _, r := range p.finish(ctx, okJobs, okRes) {

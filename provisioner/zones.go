@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/musterhq/muster"
@@ -69,11 +68,12 @@ func errNoZone(id string) error {
 	return muster.Errorf(muster.EInvalid, "suitable availability zone for machine %s not found", id)
 }
 
-// zoneTable is the zone table of Z1 plus the capacity memory of Z7. The loop
-// keeps it in step with the instances; workers choose zones from it while
-// starting machines, so it has its own lock.
+// zoneTable is the zone table of Z1 plus the capacity memory of Z7. Only
+// the loop goroutine touches it, so it needs no lock: workers report what
+// happened (an instance started, an attempt failed in a zone) and the loop
+// updates the table and plans the next zone. Its methods do no I/O and
+// read no clock: the time is passed in.
 type zoneTable struct {
-	mu       sync.Mutex
 	avail    map[string]bool // every zone in the table; false = kept only for its machines
 	count    map[string]int
 	machine  map[string]string          // machine id → zone
@@ -83,6 +83,7 @@ type zoneTable struct {
 	excluded map[string]map[string]bool // machine id → zones it may not use (P9)
 	blocked  map[string]time.Time       // zone + "|" + shape → until (Z7)
 	rnd      func(n int) int
+	gen      int // goes up whenever what snapshot returns may have changed
 }
 
 func newZoneTable(rnd func(n int) int) *zoneTable {
@@ -102,8 +103,7 @@ func newZoneTable(rnd func(n int) int) *zoneTable {
 // refresh applies Z2 to the provider's zones and returns the zones that
 // became unavailable but are kept for their machines, for a warning.
 func (t *zoneTable) refresh(zs []muster.Zone) (kept []string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.gen++
 	listed := map[string]bool{}
 	for _, z := range zs {
 		if z.Available {
@@ -138,15 +138,11 @@ func (t *zoneTable) refresh(zs []muster.Zone) (kept []string) {
 
 // empty reports whether the table has no zones (Z5 once refreshed).
 func (t *zoneTable) empty() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	return len(t.avail) == 0
 }
 
 // snapshot returns the table by zone name.
 func (t *zoneTable) snapshot() []ZoneInfo {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	out := make([]ZoneInfo, 0, len(t.avail))
 	for name, ok := range t.avail {
 		out = append(out, ZoneInfo{Name: name, Available: ok, Machines: t.count[name]})
@@ -157,16 +153,11 @@ func (t *zoneTable) snapshot() []ZoneInfo {
 
 // set records that machine id is in zone (or forgets it when zone is "").
 func (t *zoneTable) set(id, zone string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.setLocked(id, zone)
-}
-
-func (t *zoneTable) setLocked(id, zone string) {
 	if old, ok := t.machine[id]; ok {
 		if old == zone {
 			return
 		}
+		t.gen++
 		t.count[old]--
 		if t.count[old] <= 0 {
 			delete(t.count, old)
@@ -175,6 +166,7 @@ func (t *zoneTable) setLocked(id, zone string) {
 		delete(t.machine, id)
 	}
 	if zone != "" {
+		t.gen++
 		t.machine[id] = zone
 		t.count[zone]++
 		t.groupAdd(id, zone, 1)
@@ -203,8 +195,6 @@ func (t *zoneTable) groupAdd(id, zone string, n int) {
 // setGroup records the spread group of machine id ("" for none), so that
 // group counts (Z3) cost nothing per choice.
 func (t *zoneTable) setGroup(id, group string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.group[id] == group {
 		return
 	}
@@ -224,9 +214,7 @@ func (t *zoneTable) setGroup(id, group string) {
 
 // forget drops everything the table knows about machine id.
 func (t *zoneTable) forget(id string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.setLocked(id, "")
+	t.set(id, "")
 	delete(t.group, id)
 	delete(t.failed, id)
 	delete(t.excluded, id)
@@ -234,21 +222,17 @@ func (t *zoneTable) forget(id string) {
 
 // zoneOf returns the zone machine id is counted in.
 func (t *zoneTable) zoneOf(id string) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	return t.machine[id]
 }
 
 // block remembers that zone has no capacity for shape until until (Z7).
 func (t *zoneTable) block(zone, shape string, until time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.blocked[zone+"|"+shape] = until
 }
 
-// candidatesLocked returns the zones r may use now, and whether some were
+// candidates returns the zones r may use now, and whether some were
 // left out only because of the capacity memory.
-func (t *zoneTable) candidatesLocked(r zoneRequest, now time.Time) (cands []string, capacityOnly bool) {
+func (t *zoneTable) candidates(r zoneRequest, now time.Time) (cands []string, capacityOnly bool) {
 	excl := t.excluded[r.MachineID]
 	failed := t.failed[r.MachineID]
 	for name, ok := range t.avail {
@@ -284,8 +268,6 @@ func (t *zoneTable) candidatesLocked(r zoneRequest, now time.Time) (cands []stri
 // (Z4). The error is EInvalid when no zone is suitable, or a retryable
 // capacity error when the only suitable zones are remembered as full (Z7).
 func (t *zoneTable) choose(r zoneRequest, now time.Time) (string, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if r.Placement != "" {
 		if !t.avail[r.Placement] {
 			return "", muster.Errorf(muster.EInvalid, "placement zone %q of machine %s is unknown or unavailable", r.Placement, r.MachineID)
@@ -300,7 +282,7 @@ func (t *zoneTable) choose(r zoneRequest, now time.Time) (string, error) {
 		}
 		t.excluded[r.MachineID] = ex
 	}
-	cands, capacityOnly := t.candidatesLocked(r, now)
+	cands, capacityOnly := t.candidates(r, now)
 	if len(cands) == 0 {
 		if capacityOnly {
 			return "", &muster.ProviderError{Kind: muster.ErrCapacity,
@@ -332,7 +314,7 @@ func (t *zoneTable) choose(r zoneRequest, now time.Time) (string, error) {
 		loads[i] = zoneLoad{Name: name, Count: n}
 	}
 	zone := pickZone(loads, t.rnd)
-	t.setLocked(r.MachineID, zone)
+	t.set(r.MachineID, zone)
 	return zone, nil
 }
 
@@ -340,15 +322,13 @@ func (t *zoneTable) choose(r zoneRequest, now time.Time) (string, error) {
 // another eligible zone remains; when none does, it clears the machine's
 // failures (P10.5).
 func (t *zoneTable) markFailed(r zoneRequest, zone string, now time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	f := t.failed[r.MachineID]
 	if f == nil {
 		f = map[string]bool{}
 		t.failed[r.MachineID] = f
 	}
 	f[zone] = true
-	cands, _ := t.candidatesLocked(r, now)
+	cands, _ := t.candidates(r, now)
 	if len(cands) > 0 {
 		return true
 	}
@@ -358,8 +338,6 @@ func (t *zoneTable) markFailed(r zoneRequest, zone string, now time.Time) bool {
 
 // failedZones returns the zones machine id failed in, sorted.
 func (t *zoneTable) failedZones(id string) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	var out []string
 	for z := range t.failed[id] {
 		out = append(out, z)
@@ -370,8 +348,6 @@ func (t *zoneTable) failedZones(id string) []string {
 
 // machines returns the ids of the machines the table counts.
 func (t *zoneTable) machines() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	out := make([]string, 0, len(t.machine))
 	for id := range t.machine {
 		out = append(out, id)

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -10,6 +11,27 @@ import (
 // AppendEvents appends events in one transaction. It sets Seq (and Time
 // when zero) in es as well as in the store.
 func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
+	if err := checkEvents(es); err != nil {
+		return err
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	now := s.clock.Now().UTC()
+	var seqs []int64
+	err := s.write(ctx, func(t *wtx) error {
+		var err error
+		seqs, err = t.appendEvents(ctx, es, now, nil)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	setSeqs(es, seqs, now)
+	return nil
+}
+
+func checkEvents(es []muster.Event) error {
 	for i, e := range es {
 		if e.ModelUUID == "" {
 			return muster.Errorf(muster.EInvalid, "event %d has no model", i)
@@ -18,60 +40,62 @@ func (s *Store) AppendEvents(ctx context.Context, es []muster.Event) error {
 			return muster.Errorf(muster.EInvalid, "event %d has no kind", i)
 		}
 	}
-	if len(es) == 0 {
-		return nil
-	}
-	now := s.clock.Now().UTC()
-	seqs := make([]int64, len(es))
-	err := s.write(ctx, func(t *wtx) error {
-		// Check each model once and give undated events the time now.
-		times := make([]int64, len(es))
-		checked := map[string]bool{}
-		for i, e := range es {
-			if !checked[e.ModelUUID] {
-				if err := t.checkModel(ctx, e.ModelUUID); err != nil {
-					return err
-				}
-				checked[e.ModelUUID] = true
-			}
-			tm := e.Time
-			if tm.IsZero() {
-				tm = now
-			}
-			times[i] = nanos(tm)
-		}
-		if s.d.arrays {
-			return appendEventArrays(ctx, t, es, times, seqs)
-		}
-		stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
-		if err != nil {
-			return fmt.Errorf("append events: %w", err)
-		}
-		defer stmt.Close()
-		for i, e := range es {
-			if err := stmt.QueryRowContext(ctx, e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
-				return fmt.Errorf("append event: %w", err)
-			}
-			t.change(e.ModelUUID, muster.ChangeEvent, "")
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+func setSeqs(es []muster.Event, seqs []int64, now time.Time) {
 	for i := range es {
 		es[i].Seq = seqs[i]
 		if es[i].Time.IsZero() {
 			es[i].Time = now
 		}
 	}
-	return nil
 }
 
-// Events returns a model's events in Seq order; with a limit, the newest.
+// appendEvents writes es in t and returns their sequence numbers. Undated
+// events get the time now. checked lists the models known to exist.
+func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time, checked map[string]bool) ([]int64, error) {
+	if checked == nil {
+		checked = map[string]bool{}
+	}
+	seqs := make([]int64, len(es))
+	times := make([]int64, len(es))
+	for i, e := range es {
+		if !checked[e.ModelUUID] {
+			if err := t.checkModel(ctx, e.ModelUUID); err != nil {
+				return nil, err
+			}
+			checked[e.ModelUUID] = true
+		}
+		tm := e.Time
+		if tm.IsZero() {
+			tm = now
+		}
+		times[i] = nanos(tm)
+	}
+	if t.s.d.arrays {
+		return seqs, appendEventArrays(ctx, t, es, times, seqs)
+	}
+	stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
+	if err != nil {
+		return nil, fmt.Errorf("append events: %w", err)
+	}
+	defer stmt.Close()
+	for i, e := range es {
+		if err := stmt.QueryRowContext(ctx, e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
+			return nil, fmt.Errorf("append event: %w", err)
+		}
+		t.change(e.ModelUUID, muster.ChangeEvent, "")
+	}
+	return seqs, nil
+}
+
 func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilter) ([]muster.Event, error) {
 	if f.Limit < 0 {
 		return nil, muster.Errorf(muster.EInvalid, "bad event limit %d: want zero or more", f.Limit)
+	}
+	if f.Page < 0 || (f.Page > 0 && f.Limit > 0) {
+		return nil, muster.Errorf(muster.EInvalid, "bad event page %d: want zero or more, and no limit with it", f.Page)
 	}
 	if err := s.checkOpen(); err != nil {
 		return nil, err
@@ -85,10 +109,14 @@ func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilt
 		q += ` AND machine_id = ?`
 		args = append(args, f.MachineID)
 	}
-	if f.Limit > 0 {
+	switch {
+	case f.Limit > 0:
 		q += ` ORDER BY seq DESC LIMIT ?`
 		args = append(args, f.Limit)
-	} else {
+	case f.Page > 0:
+		q += ` ORDER BY seq LIMIT ?`
+		args = append(args, f.Page)
+	default:
 		q += ` ORDER BY seq`
 	}
 	rows, err := s.query(ctx, (q), args...)

@@ -219,44 +219,63 @@ func checkUpdate(u muster.MachineUpdate) error {
 
 // UpdateMachines applies the updates in one transaction, in order: all or
 // none.
-func (s *Store) UpdateMachines(ctx context.Context, modelUUID string, us []muster.MachineUpdate) error {
+func (s *Store) UpdateMachines(ctx context.Context, modelUUID string, us []muster.MachineUpdate, events ...muster.Event) error {
 	for _, u := range us {
 		if err := checkUpdate(u); err != nil {
 			return err
 		}
 	}
-	return s.write(ctx, func(t *wtx) error {
+	if err := checkEvents(events); err != nil {
+		return err
+	}
+	now := s.clock.Now().UTC()
+	var seqs []int64
+	err := s.write(ctx, func(t *wtx) error {
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
-		if len(us) == 0 {
-			return nil
-		}
-		ids := make([]string, len(us))
-		for i, u := range us {
-			ids[i] = u.ID
-		}
-		current, err := t.machinesForUpdate(ctx, modelUUID, parseIDs(ids))
-		if err != nil {
+		if err := t.updateMachines(ctx, modelUUID, us); err != nil {
 			return err
 		}
-		var changed []*muster.Machine
-		for _, u := range us {
-			n, _ := parseID(u.ID)
-			m, ok := current[n]
-			if !ok {
-				return muster.Errorf(muster.ENotFound, "machine %q not found", u.ID)
-			}
-			if err := applyUpdate(m, u); err != nil {
-				return err
-			}
-			if !t.seen[change{modelUUID, muster.ChangeMachine, m.ID}] {
-				changed = append(changed, m)
-				t.change(modelUUID, muster.ChangeMachine, m.ID)
-			}
-		}
-		return t.writeMachines(ctx, modelUUID, changed, nanos(s.clock.Now()))
+		var err error
+		seqs, err = t.appendEvents(ctx, events, now, map[string]bool{modelUUID: true})
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	setSeqs(events, seqs, now)
+	return nil
+}
+
+func (t *wtx) updateMachines(ctx context.Context, modelUUID string, us []muster.MachineUpdate) error {
+	if len(us) == 0 {
+		return nil
+	}
+	ids := make([]string, len(us))
+	for i, u := range us {
+		ids[i] = u.ID
+	}
+	current, err := t.machinesForUpdate(ctx, modelUUID, parseIDs(ids))
+	if err != nil {
+		return err
+	}
+	var changed []*muster.Machine
+	for _, u := range us {
+		n, _ := parseID(u.ID)
+		m, ok := current[n]
+		if !ok {
+			return muster.Errorf(muster.ENotFound, "machine %q not found", u.ID)
+		}
+		if err := applyUpdate(m, u); err != nil {
+			return err
+		}
+		if !t.seen[change{modelUUID, muster.ChangeMachine, m.ID}] {
+			changed = append(changed, m)
+			t.change(modelUUID, muster.ChangeMachine, m.ID)
+		}
+	}
+	return t.writeMachines(ctx, modelUUID, changed, nanos(t.s.clock.Now()))
 }
 
 // machinesForUpdate reads the named machines that exist in one query,

@@ -15,7 +15,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,11 +98,36 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	case o.poll <= 0:
 		return nil, muster.Errorf(muster.EInvalid, "bad poll interval %s: want more than zero", o.poll)
 	}
+	var s *Store
+	var err error
 	if pg {
-		return openPostgres(ctx, url, o)
+		s, err = openPostgres(ctx, url, o)
+	} else {
+		s, err = openSQLite(ctx, url, o)
 	}
+	if err != nil {
+		// Some drivers' errors span lines (pgx's connect errors do); a
+		// start failure is one line (S3).
+		return nil, oneLine{err}
+	}
+	return s, nil
+}
+
+// oneLine is an error printed on one line; errors.As and muster.ErrorCode
+// still see what it wraps.
+type oneLine struct{ err error }
+
+func (e oneLine) Error() string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(e.err.Error(), "\n", "; ")), " ")
+}
+func (e oneLine) Unwrap() error { return e.err }
+
+func openSQLite(ctx context.Context, url string, o options) (*Store, error) {
 	file, err := sqlitePath(url)
 	if err != nil {
+		return nil, err
+	}
+	if err := prepareSQLiteFile(file); err != nil {
 		return nil, err
 	}
 	s := newStore(sqliteDialect(), o)
@@ -118,6 +145,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		s.wdb.Close()
 		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	if err := makeSQLitePrivate(file); err != nil {
+		s.wdb.Close()
+		return nil, err
 	}
 	s.rdb, err = sql.Open("sqlite", file+"?"+pragmas)
 	if err != nil {
@@ -140,6 +171,39 @@ func newStore(d *dialect, o options) *Store {
 		wstmts: map[string]*sql.Stmt{},
 		rstmts: map[string]*sql.Stmt{},
 	}
+}
+
+// prepareSQLiteFile checks the database's directory and creates the file
+// 0600 whatever the umask (S4): the database holds the CA key. SQLite
+// gives the WAL and shared-memory files it creates the database's mode.
+func prepareSQLiteFile(file string) error {
+	dir := filepath.Dir(file)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return muster.Errorf(muster.EInvalid, "open store %s: directory %s does not exist", file, dir)
+	case err != nil:
+		return fmt.Errorf("open store %s: %w", file, err)
+	case !st.IsDir():
+		return muster.Errorf(muster.EInvalid, "open store %s: %s is not a directory", file, dir)
+	}
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", file, errors.Unwrap(err))
+	}
+	return f.Close()
+}
+
+// makeSQLitePrivate tightens an existing database and its WAL and
+// shared-memory files to 0600. It runs once the file has proved to be a
+// muster database, so a wrong --store path never changes another file.
+func makeSQLitePrivate(file string) error {
+	for _, p := range []string{file, file + "-wal", file + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("open store %s: make %s private: %w", file, p, errors.Unwrap(err))
+		}
+	}
+	return nil
 }
 
 // sqlitePath returns the file path of a sqlite URL or bare path.
@@ -165,6 +229,9 @@ func sqlitePath(u string) (string, error) {
 // Close stops every watcher (their Err says the store closed) and closes
 // the database. It is safe to call more than once.
 func (s *Store) Close() error {
+	if s == nil {
+		return nil // a failed Open's result, held in an interface
+	}
 	var err error
 	s.once.Do(func() {
 		s.mu.Lock()

@@ -86,12 +86,13 @@ type pending struct {
 	model  bool
 	events bool
 	force  bool // deliver even when empty: the initial set
+	resync bool // the set is a full resync after a trimmed gap
 }
 
 func (p *pending) empty() bool { return !p.force && len(p.ids) == 0 && !p.model && !p.events }
 
 func (p *pending) take() muster.ChangeSet {
-	cs := muster.ChangeSet{Revision: p.rev, Model: p.model, Events: p.events}
+	cs := muster.ChangeSet{Revision: p.rev, Model: p.model, Events: p.events, Resync: p.resync}
 	if len(p.ids) > 0 {
 		nums := make([]int64, 0, len(p.ids))
 		for id := range p.ids {
@@ -104,7 +105,7 @@ func (p *pending) take() muster.ChangeSet {
 		}
 		p.ids = map[int64]bool{}
 	}
-	p.model, p.events, p.force = false, false, false
+	p.model, p.events, p.force, p.resync = false, false, false, false
 	return cs
 }
 
@@ -198,10 +199,36 @@ func (w *watcher) restore(cs muster.ChangeSet) {
 	w.pend.force = true // it may be the initial set, which is due even when empty
 	w.pend.model = w.pend.model || cs.Model
 	w.pend.events = w.pend.events || cs.Events
+	w.pend.resync = w.pend.resync || cs.Resync
 }
 
-// read adds the changes after w.last to the pending set.
+// read adds the changes after w.last to the pending set. When the model's
+// change log was trimmed past the watcher's position, the changes in the
+// gap are gone, so it resyncs in full instead (S10). The floor is read
+// after the changes: a trim between the two reads shows in the floor.
 func (w *watcher) read(ctx context.Context) error {
+	from := w.last
+	if err := w.readChanges(ctx); err != nil {
+		return err
+	}
+	floor, err := w.s.changeFloor(ctx, w.model)
+	if err != nil {
+		return fmt.Errorf("watch model %s: read change floor: %w", w.model, err)
+	}
+	if floor <= from {
+		return nil
+	}
+	// What was pending is superseded: a removed machine must not be
+	// reported as if it still existed.
+	w.pend = pending{ids: map[int64]bool{}}
+	if err := w.initial(ctx); err != nil {
+		return err
+	}
+	w.pend.resync = true
+	return nil
+}
+
+func (w *watcher) readChanges(ctx context.Context) error {
 	s := w.s
 	rows, err := s.query(ctx, (`SELECT revision, kind, key FROM changes WHERE model_uuid = ? AND revision > ? ORDER BY revision`), w.model, w.last)
 	if err != nil {

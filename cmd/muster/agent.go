@@ -1,21 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
-	"os"
 
-	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/agent"
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 )
-
-// maxAgentConfig bounds the agent config file.
-const maxAgentConfig = 1 << 20
 
 func newAgentCmd() *cobra.Command {
 	var path, logFormat string
@@ -32,16 +22,11 @@ controller refuses its password, or keeps refusing its nonce for a minute.`,
 			if path == "" {
 				return usageErrorf("--config FILE is required")
 			}
-			var logger *slog.Logger
-			switch logFormat {
-			case "text":
-				logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			case "json":
-				logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-			default:
-				return usageErrorf("bad --log-format %q: want text or json", logFormat)
+			logger, err := newLogger(cmd.ErrOrStderr(), logFormat, slog.LevelInfo)
+			if err != nil {
+				return err
 			}
-			cfg, err := loadAgentConfig(path)
+			cfg, err := agent.LoadConfig(path)
 			if err != nil {
 				return err
 			}
@@ -53,35 +38,4 @@ controller refuses its password, or keeps refusing its nonce for a minute.`,
 	f.StringVar(&path, "config", "", "agent config file (JSON or YAML)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd
-}
-
-// loadAgentConfig reads an agent config file, JSON or YAML with the same
-// keys.
-func loadAgentConfig(path string) (muster.AgentConfig, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return muster.AgentConfig{}, fmt.Errorf("read agent config: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxAgentConfig+1))
-	if err != nil {
-		return muster.AgentConfig{}, fmt.Errorf("read agent config: %w", err)
-	}
-	if len(b) > maxAgentConfig {
-		return muster.AgentConfig{}, muster.Errorf(muster.EInvalid, "agent config %s is larger than %d bytes", path, maxAgentConfig)
-	}
-	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] != '{' {
-		var m map[string]any
-		if err := yaml.Unmarshal(b, &m); err != nil {
-			return muster.AgentConfig{}, muster.Errorf(muster.EInvalid, "bad agent config %s: %v", path, err)
-		}
-		if b, err = json.Marshal(m); err != nil {
-			return muster.AgentConfig{}, muster.Errorf(muster.EInvalid, "bad agent config %s: %v", path, err)
-		}
-	}
-	cfg, err := muster.ParseAgentConfig(b)
-	if err != nil {
-		return muster.AgentConfig{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
 }

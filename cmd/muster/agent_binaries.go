@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +39,7 @@ func newAgentBinariesAddCmd() *cobra.Command {
 			if arch == "" {
 				return usageErrorf("--arch is required")
 			}
-			e, err := newAgentCatalogue(dataDir).add(args[0], version, osName, arch, time.Now())
+			e, err := controller.NewAgentCatalogue(dataDir).Add(args[0], version, osName, arch, time.Now())
 			if err != nil {
 				return err
 			}
@@ -64,14 +65,14 @@ func newAgentBinariesListCmd() *cobra.Command {
 			if format != "table" && format != "json" {
 				return usageErrorf("bad --format %q: want table or json", format)
 			}
-			es, err := newAgentCatalogue(dataDir).list()
+			es, err := controller.NewAgentCatalogue(dataDir).List()
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			if format == "json" {
 				if es == nil {
-					es = []agentBinaryEntry{}
+					es = []controller.AgentBinaryEntry{}
 				}
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")

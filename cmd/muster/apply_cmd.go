@@ -14,37 +14,25 @@ import (
 // maxFleetFile bounds the size of a fleet file.
 const maxFleetFile = 1 << 20
 
-// applyRequest converts a fleet file into the API's request.
-func (f *fleetFile) applyRequest(dryRun bool) api.ApplyRequest {
-	req := api.ApplyRequest{DryRun: dryRun}
-	for _, g := range f.Groups {
-		req.Groups = append(req.Groups, api.FleetGroup{
-			Name: g.Name, Count: g.Count, Constraints: g.Constraints, Base: g.Base,
-			Storage: append([]string(nil), g.Storage...),
-		})
-	}
-	return req
-}
-
 // readFleetFile reads and checks a fleet file ("-" is stdin).
-func readFleetFile(path string, stdin io.Reader) (*fleetFile, error) {
+func readFleetFile(path string, stdin io.Reader) (api.ApplyRequest, error) {
 	var r io.Reader = stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("read fleet file: %w", err)
+			return api.ApplyRequest{}, fmt.Errorf("read fleet file: %w", err)
 		}
 		defer f.Close()
 		r = f
 	}
 	data, err := io.ReadAll(io.LimitReader(r, maxFleetFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("read fleet file: %w", err)
+		return api.ApplyRequest{}, fmt.Errorf("read fleet file: %w", err)
 	}
 	if len(data) > maxFleetFile {
-		return nil, fmt.Errorf("fleet file %s is larger than %d bytes", path, maxFleetFile)
+		return api.ApplyRequest{}, fmt.Errorf("fleet file %s is larger than %d bytes", path, maxFleetFile)
 	}
-	return parseFleet(data)
+	return api.ParseFleet(data)
 }
 
 // writePlan prints what an apply does or would do, one line per group.
@@ -70,23 +58,24 @@ func writePlan(w io.Writer, res api.ApplyResult) {
 
 // applyGoals are the waits of an applied plan: added machines provisioned,
 // removed ones gone.
-func applyGoals(res api.ApplyResult) map[string]waitGoal {
-	goals := map[string]waitGoal{}
+func applyGoals(res api.ApplyResult) map[string]api.Goal {
+	goals := map[string]api.Goal{}
 	for _, g := range res.Groups {
 		for _, id := range g.Added {
-			goals[id] = provisioned
+			goals[id] = api.Provisioned
 		}
 		for _, id := range g.Remove {
-			goals[id] = removed
+			goals[id] = api.Removed
 		}
 	}
 	return goals
 }
 
-// applyFleet applies f and, with wait, waits for it showing progress on
+// applyFleet applies the fleet of req and, with wait, waits for it showing progress on
 // progressW.
-func applyFleet(ctx context.Context, c *api.Client, model string, f *fleetFile, dryRun, wait bool, out, progressW io.Writer) error {
-	res, err := c.Apply(ctx, model, f.applyRequest(dryRun))
+func applyFleet(ctx context.Context, c *api.Client, model string, req api.ApplyRequest, dryRun, wait bool, out, progressW io.Writer) error {
+	req.DryRun = dryRun
+	res, err := c.Apply(ctx, model, req)
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +15,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
-	"github.com/musterhq/muster/auth"
+	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 )
@@ -28,15 +25,6 @@ type globalOptions struct {
 	config string // --config
 	model  string // -m/--model
 }
-
-// probeTimeout bounds the check of one controller URL when the config
-// lists several.
-const probeTimeout = 5 * time.Second
-
-// dialTimeout bounds the TCP connect and TLS handshake to one controller:
-// a controller host that is down (no refusal, no answer) sends the CLI to
-// the next controller quickly.
-const dialTimeout = 2 * time.Second
 
 // refreshTimeout bounds the request that learns the live controllers.
 const refreshTimeout = 2 * time.Second
@@ -49,7 +37,7 @@ func (o *globalOptions) configPath() (string, error) {
 
 // modelName is the model to act on: -m, MUSTER_MODEL, the config's model,
 // else "default".
-func (o *globalOptions) modelName(cc *clientConfig) string {
+func (o *globalOptions) modelName(cc *controller.ClientConfig) string {
 	if o.model != "" {
 		return o.model
 	}
@@ -69,7 +57,7 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	cc, err := loadClientConfig(path)
+	cc, err := controller.LoadClientConfig(path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -82,83 +70,35 @@ func (o *globalOptions) connect(ctx context.Context) (*api.Client, string, error
 	return c, model, nil
 }
 
-// refreshControllers learns the live controllers from the one that
-// answered and writes them to the client config at path when they
-// changed: the controller that answered first, then the others the store
-// has registered. Controllers no longer registered are forgotten. Any
-// failure leaves the config as it is (an older controller has no list).
-func refreshControllers(ctx context.Context, path string, cc *clientConfig, c *api.Client) {
+// dialControllers returns a client of the first of cc's controllers that
+// answers.
+func dialControllers(ctx context.Context, cc *controller.ClientConfig) (*api.Client, error) {
+	return api.Dial(ctx, cc.Controllers, []byte(cc.CACert), cc.Token)
+}
+
+// refreshControllers records in the client config at path the live
+// controllers c knows, when they changed.
+func refreshControllers(ctx context.Context, path string, cc *controller.ClientConfig, c *api.Client) {
 	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
-	live, err := c.Controllers(rctx)
-	if err != nil || len(live) == 0 {
+	if !cc.LearnControllers(rctx, c) {
 		return
 	}
-	urls := []string{c.URL()}
-	for _, l := range live {
-		if l.URL != c.URL() {
-			urls = append(urls, l.URL)
-		}
-	}
-	if slices.Equal(urls, cc.Controllers) {
-		return
-	}
-	cc.Controllers = urls
-	if err := cc.save(path); err != nil {
+	if err := cc.Save(path); err != nil {
 		fmt.Fprintf(os.Stderr, "warning: could not record the controllers' addresses in %s: %v\n", path, err)
 	}
 }
 
-// newCLIHTTPClient is the CLI's HTTP client of one controller: it trusts
-// the controller's CA and gives up quickly on a controller that does not
-// answer the connection.
-func newCLIHTTPClient(caCert []byte) (*http.Client, error) {
-	tlsCfg, err := auth.ClientTLSConfig(caCert)
-	if err != nil {
-		return nil, &muster.Error{Code: muster.EInvalid, Message: err.Error(), Err: err}
+// clientConfigPath picks the config file: the --config flag, then
+// MUSTER_CONFIG, then the default.
+func clientConfigPath(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	tr.TLSHandshakeTimeout = dialTimeout
-	tr.TLSClientConfig = tlsCfg
-	return &http.Client{Transport: tr}, nil
-}
-
-// dialControllers returns a client of the first of cc's controllers that
-// answers. With one controller no probe is made: the first real request
-// reports what is wrong.
-func dialControllers(ctx context.Context, cc *clientConfig) (*api.Client, error) {
-	var lastErr error
-	hc, err := newCLIHTTPClient([]byte(cc.CACert))
-	if err != nil {
-		return nil, err
+	if env := os.Getenv("MUSTER_CONFIG"); env != "" {
+		return env, nil
 	}
-	for _, u := range cc.Controllers {
-		c, err := api.NewClient(api.ClientConfig{URL: u, CACert: []byte(cc.CACert), Token: cc.Token, HTTPClient: hc})
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if len(cc.Controllers) == 1 {
-			return c, nil
-		}
-		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		_, err = c.Models(pctx)
-		cancel()
-		if err == nil {
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		lastErr = err
-		// Only an unreachable controller sends us to the next one; any
-		// other answer (say, unauthorized) comes from a live controller.
-		if muster.ErrorCode(err) != muster.EUnavailable {
-			return c, nil
-		}
-	}
-	return nil, lastErr
+	return controller.DefaultClientConfigPath()
 }
 
 // newTabWriter aligns table output in columns.

@@ -3,16 +3,23 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
+	"github.com/musterhq/muster/controller"
+	"github.com/musterhq/muster/internal/logthrottle"
 	"github.com/spf13/cobra"
 )
 
-// stopTimeout bounds a graceful stop (SPEC §5.1: within 5 s).
-const stopTimeout = 4500 * time.Millisecond
+// providers are the provider kinds models may use (DESIGN §1: chosen
+// here, not registered in init).
+var providers = map[string]controller.ProviderKind{
+	"sim":    controller.Sim,
+	"ec2":    controller.EC2,
+	"docker": controller.Docker,
+}
 
 func defaultDataDir() string {
 	home, err := os.UserHomeDir()
@@ -23,19 +30,24 @@ func defaultDataDir() string {
 }
 
 // newLogger returns a slog logger writing to w in the given format.
-func newLogger(w *os.File, format string, level slog.Level) (*slog.Logger, error) {
+// Repeated warnings and errors are summarised (logthrottle), so a failure
+// that repeats thousands of times stays readable.
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, usageErrorf("bad --log-format %q: want text or json", format)
 	}
-	return nil, usageErrorf("bad --log-format %q: want text or json", format)
+	return slog.New(logthrottle.New(h, logthrottle.Options{})), nil
 }
 
 func newControllerCmd() *cobra.Command {
-	var cfg controllerConfig
+	cfg := controller.Config{Providers: providers}
 	var logFormat string
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -49,18 +61,18 @@ func newControllerCmd() *cobra.Command {
 			cfg.Logger = logger
 			cfg.WriteUserConfig = true
 			ctx := cmd.Context()
-			c, err := openController(ctx, cfg)
+			c, err := controller.Open(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			if c.clientWritten {
-				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.url, c.clientPath)
+			if c.ClientConfigWritten() {
+				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.URL(), c.ClientConfigPath())
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: joined the controllers of the store; use the first controller's client config (the CLI learns this address from it), or restart with --client-config FILE\n", c.url)
+				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: joined the controllers of the store; use the first controller's client config (the CLI learns this address from it), or restart with --client-config FILE\n", c.URL())
 			}
 			<-ctx.Done()
 			logger.Info("stopping controller")
-			stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			stopCtx, cancel := context.WithTimeout(context.Background(), controller.StopTimeout)
 			defer cancel()
 			return c.Close(stopCtx)
 		},

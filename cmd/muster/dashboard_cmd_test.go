@@ -7,16 +7,17 @@ import (
 	"testing"
 
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
 )
 
 func TestDashboardCmd(t *testing.T) {
 	tc := startController(t, "")
-	cc, err := loadClientConfig(tc.config)
+	cc, err := controller.LoadClientConfig(tc.config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A browser: trusts the CA, has no token, does not follow redirects.
-	anon, err := api.NewClient(api.ClientConfig{URL: tc.ctrl.url, CACert: []byte(cc.CACert)})
+	anon, err := api.NewClient(api.ClientConfig{URL: tc.ctrl.URL(), CACert: []byte(cc.CACert)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,8 @@ func TestDashboardCmd(t *testing.T) {
 
 	out := tc.ok("dashboard")
 	u := strings.TrimSpace(out)
-	if strings.Count(out, "\n") != 1 || !strings.HasPrefix(u, tc.ctrl.url+api.DashboardSigninPath+"?code=") {
-		t.Fatalf("got %q, want one line %s%s?code=…", out, tc.ctrl.url, api.DashboardSigninPath)
+	if strings.Count(out, "\n") != 1 || !strings.HasPrefix(u, tc.ctrl.URL()+api.DashboardSigninPath+"?code=") {
+		t.Fatalf("got %q, want one line %s%s?code=…", out, tc.ctrl.URL(), api.DashboardSigninPath)
 	}
 	if strings.Contains(u, cc.Token) {
 		t.Fatalf("dashboard URL carries the admin token")
@@ -58,10 +59,10 @@ func TestDashboardCmd(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || session == nil {
 		t.Fatalf("opening the URL: got %d, cookie %v; want 303 and a session cookie", resp.StatusCode, session)
 	}
-	if _, page := get(tc.ctrl.url+"/", session); !strings.Contains(page, "/static/app.js") {
+	if _, page := get(tc.ctrl.URL()+"/", session); !strings.Contains(page, "/static/app.js") {
 		t.Errorf("/ with the session is not the dashboard: %.200q", page)
 	}
-	if _, page := get(tc.ctrl.url+"/", nil); strings.Contains(page, "app.js") || !strings.Contains(page, "muster dashboard") {
+	if _, page := get(tc.ctrl.URL()+"/", nil); strings.Contains(page, "app.js") || !strings.Contains(page, "muster dashboard") {
 		t.Errorf("/ without a session is not the sign-in page: %.200q", page)
 	}
 	if resp, _ := get(u, nil); resp.StatusCode != http.StatusUnauthorized {

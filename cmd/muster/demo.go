@@ -9,12 +9,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
 	"github.com/musterhq/muster/docker"
 	"github.com/spf13/cobra"
 )
@@ -68,7 +68,7 @@ and removes the model and its networks before the controller stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, ok := providers[provider]; !ok {
-				return usageErrorf("unknown --provider %q (known: %s)", provider, strings.Join(providerNames(), ", "))
+				return usageErrorf("unknown --provider %q (known: %s)", provider, strings.Join(controller.ProviderNames(providers), ", "))
 			}
 			return runDemo(cmd.Context(), provider, cmd.OutOrStdout())
 		},
@@ -77,19 +77,10 @@ and removes the model and its networks before the controller stops.`,
 	return cmd
 }
 
-func providerNames() []string {
-	names := make([]string, 0, len(providers))
-	for n := range providers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 // runDemo is `muster demo`: it returns once ctx ends and everything it
 // started is stopped and removed.
 func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
-	fleet, err := parseFleet(demoFleet)
+	fleet, err := api.ParseFleet(demoFleet)
 	if err != nil {
 		return fmt.Errorf("demo fleet: %w", err)
 	}
@@ -111,18 +102,18 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	fmt.Fprintf(w, "starting a controller in %s\n", dir)
-	ctrl, err := openController(ctx, controllerConfig{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger, AgentBinary: demoAgentBinary})
+	ctrl, err := controller.Open(ctx, controller.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger, AgentBinary: demoAgentBinary, Providers: providers})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		stopCtx, cancel := context.WithTimeout(context.Background(), controller.StopTimeout)
 		defer cancel()
 		if cErr := ctrl.Close(stopCtx); cErr != nil && err == nil {
 			err = cErr
 		}
 	}()
-	cc, err := loadClientConfig(ctrl.clientPath)
+	cc, err := controller.LoadClientConfig(ctrl.ClientConfigPath())
 	if err != nil {
 		return err
 	}
@@ -206,7 +197,7 @@ In another terminal:
   muster dashboard -m %s      # a new dashboard sign-in link
 
 Press Ctrl-C to stop the controller and remove %s.
-`, ctrl.url, logPath, ctrl.clientPath, model, model, dir)
+`, ctrl.URL(), logPath, ctrl.ClientConfigPath(), model, model, dir)
 	<-ctx.Done()
 	fmt.Fprintln(w, "stopping")
 	return nil
@@ -232,7 +223,7 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 	if err != nil {
 		return err
 	}
-	goals := map[string]waitGoal{}
+	goals := map[string]api.Goal{}
 	for id, m := range st.Machines {
 		if m.Life == string(muster.LifeAlive) && m.InstanceStatus == string(muster.InstanceRunning) {
 			goals[id] = agentStarted
@@ -241,44 +232,30 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 	if len(goals) == 0 {
 		return nil
 	}
-	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, demoAgentWait)
 	defer cancel()
 	// Give up early when no agent reports at all.
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
-			if time.Since(start) < grace {
-				continue
-			}
-			st, err := c.Status(wctx, model)
-			if err != nil {
-				continue
-			}
-			n := 0
-			for _, m := range st.Machines {
-				if m.Status == string(muster.StatusStarted) {
-					n++
-				}
-			}
-			if n == 0 {
-				cancel()
-				return
-			}
+	giveUp := time.AfterFunc(grace, func() {
+		if st, err := c.Status(wctx, model); err == nil && !anyStarted(st) {
+			cancel()
 		}
-	}()
+	})
+	defer giveUp.Stop()
 	_, err = waitForShowing(wctx, c, model, goals, w, "agents starting", agentState)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		fmt.Fprintln(w, "(not every agent reported; going on)")
 		return nil
 	}
 	return err
+}
+
+func anyStarted(st api.Status) bool {
+	for _, m := range st.Machines {
+		if m.Status == string(muster.StatusStarted) {
+			return true
+		}
+	}
+	return false
 }
 
 // agentState is a machine's status for progress lines.
@@ -299,14 +276,14 @@ func agentStarted(_ string, m api.MachineStatus, ok bool) (bool, string) {
 
 // fitFleet caps the groups' cores and mem constraints at what the docker
 // host has (a container cannot have more), telling w what it changed.
-func fitFleet(f *fleetFile, cores, memMiB uint64, w io.Writer) (*fleetFile, error) {
-	out := &fleetFile{Groups: make([]fleetGroup, len(f.Groups))}
+func fitFleet(f api.ApplyRequest, cores, memMiB uint64, w io.Writer) (api.ApplyRequest, error) {
+	out := api.ApplyRequest{Groups: make([]api.FleetGroup, len(f.Groups))}
 	copy(out.Groups, f.Groups)
 	for i := range out.Groups {
 		g := &out.Groups[i]
 		cons, err := muster.ParseConstraints(g.Constraints)
 		if err != nil {
-			return nil, fmt.Errorf("group %q: %w", g.Name, err)
+			return api.ApplyRequest{}, fmt.Errorf("group %q: %w", g.Name, err)
 		}
 		was := cons.String()
 		if cores > 0 && cons.Cores > cores {
@@ -337,86 +314,57 @@ func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Wr
 	if err != nil {
 		return fmt.Errorf("remove demo model: %w", err)
 	}
-	ids := make([]string, 0, len(st.Machines))
+	goals := map[string]api.Goal{}
 	for id := range st.Machines {
-		ids = append(ids, id)
+		goals[id] = api.Removed
 	}
-	sort.Strings(ids)
-	if len(ids) > 0 {
-		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(ids), model)
-		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: ids, Force: true}); err != nil {
+	if len(goals) > 0 {
+		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(goals), model)
+		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: sortedIDs(goals), Force: true}); err != nil {
 			return fmt.Errorf("remove demo machines: %w", err)
 		}
 	}
 	// Wait for the provisioner to stop the instances and forget the
-	// machines.
+	// machines, and for their containers to go.
 	wctx, wcancel := context.WithTimeout(ctx, demoTeardownWait)
-	left, containers := len(ids), 0
-	for left > 0 || containers > 0 {
-		if st, err := c.Status(wctx, model); err == nil {
-			left = len(st.Machines)
+	left := len(goals)
+	// An error only ends the wait early: what is left is reported below.
+	c.Wait(wctx, model, goals, func(_ api.Status, done int, _ []string) { left = len(goals) - done })
+	containers := 0
+	pollUntil(wctx, func() bool {
+		containers = 0
+		if dk == nil {
+			return true
 		}
-		if dk != nil {
-			if lo, err := dk.Leftovers(wctx); err == nil {
-				containers = 0
-				for _, l := range lo {
-					if strings.HasPrefix(l, "container ") {
-						containers++
-					}
-				}
+		lo, err := dk.Leftovers(wctx)
+		for _, l := range lo {
+			if strings.HasPrefix(l, "container ") {
+				containers++
 			}
 		}
-		if left == 0 && containers == 0 {
-			break
-		}
-		select {
-		case <-wctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-		if wctx.Err() != nil {
-			break
-		}
-	}
+		return err == nil && containers == 0
+	})
 	wcancel()
 	if left > 0 || containers > 0 {
 		fmt.Fprintf(w, "after %s, %d machines and %d containers remain\n", demoTeardownWait, left, containers)
 	}
 	// The model goes once its machines have.
-	for {
-		err := c.RemoveModel(ctx, model)
-		if err == nil {
-			fmt.Fprintf(w, "removed model %s\n", model)
-			break
-		}
-		if muster.ErrorCode(err) != muster.EConflict || ctx.Err() != nil {
-			return fmt.Errorf("remove demo model: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+	if !pollUntil(ctx, func() bool { err = c.RemoveModel(ctx, model); return muster.ErrorCode(err) != muster.EConflict }) || err != nil {
+		return fmt.Errorf("remove demo model: %w", err)
 	}
+	fmt.Fprintf(w, "removed model %s\n", model)
 	if dk == nil {
 		return nil
 	}
 	// The controller removes the networks as it stops the model's
 	// provisioner; wait for that, then sweep what is left.
 	var lo []string
-	for {
-		if lo, err = dk.Leftovers(ctx); err != nil {
+	if pollUntil(ctx, func() bool { lo, err = dk.Leftovers(ctx); return err != nil || len(lo) == 0 }) {
+		if err != nil {
 			return fmt.Errorf("list the demo's docker objects: %w", err)
 		}
-		if len(lo) == 0 {
-			fmt.Fprintln(w, "no container, network or volume of the demo is left")
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-		if ctx.Err() != nil {
-			break
-		}
+		fmt.Fprintln(w, "no container, network or volume of the demo is left")
+		return nil
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer ccancel()
@@ -425,4 +373,17 @@ func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Wr
 		return nil
 	}
 	return fmt.Errorf("the demo left on docker: %s (%v)", strings.Join(lo, ", "), cerr)
+}
+
+// pollUntil calls cond every 250ms until it holds (true) or ctx ends
+// (false).
+func pollUntil(ctx context.Context, cond func() bool) bool {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return true
 }

@@ -13,24 +13,14 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
 	"github.com/musterhq/muster/docker"
+	"github.com/musterhq/muster/internal/testutil"
 )
 
 // demoDockerDeadline bounds each wait of the docker demo test: the first
 // run builds the agent image.
 const demoDockerDeadline = 2 * time.Minute
-
-// pollFor polls cond every 250ms until it holds or d passes.
-func pollFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not reached within %s", what, d)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
 
 // `muster demo --provider docker` as a new user runs it: the example fleet,
 // capped to the docker host, lands as one container per machine over the
@@ -67,7 +57,7 @@ func TestDemoDocker(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runDemo(ctx, "docker", &out) }()
 	var config string
-	pollFor(t, demoDockerDeadline, "the docker demo converges", func() bool {
+	testutil.EventuallyWithin(t, demoDockerDeadline, "the docker demo converges", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("demo ended early: %v\n%s", err, out.String())
@@ -81,7 +71,7 @@ func TestDemoDocker(t *testing.T) {
 		}
 		return false
 	})
-	cc, err := loadClientConfig(config)
+	cc, err := controller.LoadClientConfig(config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +127,7 @@ func TestDemoDocker(t *testing.T) {
 	if err := c.RemoveMachines(ctx, "demo", api.RemoveMachinesRequest{IDs: []string{victim}, Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	pollFor(t, 30*time.Second, "the stopped container of the removed machine goes", func() bool {
+	testutil.EventuallyWithin(t, 30*time.Second, "the stopped container of the removed machine goes", func() bool {
 		_, err := cli.ContainerInspect(ctx, victimID, client.ContainerInspectOptions{})
 		return cerrdefs.IsNotFound(err)
 	})

@@ -13,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
 	"github.com/musterhq/muster/docker"
+	"github.com/musterhq/muster/internal/testutil"
 )
 
 func requireDockerE2E(tb testing.TB) {
@@ -97,6 +100,60 @@ func modelContainers(tb testing.TB, cli *client.Client, modelUUID string) map[st
 	return out
 }
 
+// dockerController is a controller with an admin client.
+type dockerController struct {
+	ctrl   *controller.Controller
+	client *api.Client
+}
+
+func openDockerController(tb testing.TB, agentBinary string) *dockerController {
+	tb.Helper()
+	tc := startControllerWith(tb, controller.Config{AgentBinary: agentBinary})
+	return &dockerController{ctrl: tc.ctrl, client: tc.client()}
+}
+
+func (dc *dockerController) setConfig(tb testing.TB, model string, kv map[string]string) {
+	tb.Helper()
+	if _, err := dc.client.SetModelConfig(context.Background(), model, kv); err != nil {
+		tb.Fatalf("set model config: %v", err)
+	}
+}
+
+func (dc *dockerController) addMachines(tb testing.TB, model string, req api.AddMachinesRequest) []string {
+	tb.Helper()
+	ids, err := dc.client.AddMachines(context.Background(), model, req)
+	if err != nil {
+		tb.Fatalf("add machines: %v", err)
+	}
+	return ids
+}
+
+func (dc *dockerController) status(tb testing.TB, model string) api.Status {
+	tb.Helper()
+	st, err := dc.client.Status(context.Background(), model)
+	if err != nil {
+		tb.Fatalf("status: %v", err)
+	}
+	return st
+}
+
+// waitMachines waits until cond holds for every one of ids and returns
+// that status.
+func (dc *dockerController) waitMachines(tb testing.TB, model, what string, ids []string, cond func(api.MachineStatus) bool) api.Status {
+	tb.Helper()
+	var st api.Status
+	testutil.EventuallyWithin(tb, 2*time.Minute, fmt.Sprintf("machines %v %s", ids, what), func() bool {
+		st = dc.status(tb, model)
+		for _, id := range ids {
+			if m, ok := st.Machines[id]; !ok || !cond(m) {
+				return false
+			}
+		}
+		return true
+	})
+	return st
+}
+
 // SPEC §3.2, §4 and issue 5: a docker model with zones a, b, c; three
 // machines of one group land on three networks and their agents, in the
 // containers, log in through the zone gateways and report started; a
@@ -118,7 +175,7 @@ func TestDockerE2E(t *testing.T) {
 		cli.ImageRemove(context.Background(), imageRef, client.ImageRemoveOptions{PruneChildren: true})
 	})
 
-	ac := openAgentsController(t, controllerConfig{AgentBinary: bin})
+	ac := openDockerController(t, bin)
 	name := "dk-" + randomSuffix()
 	mi, err := ac.client.AddModel(ctx, api.AddModelRequest{Name: name, Provider: "docker", Config: map[string]string{"zones": "a,b,c"}})
 	if err != nil {
@@ -187,7 +244,7 @@ func TestDockerE2E(t *testing.T) {
 	unknown, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: "muster-e2e-unknown-" + randomSuffix(),
 		Config: &container.Config{Image: imageRef, Entrypoint: []string{"/muster", "sim", "serve", "--listen", "127.0.0.1:0"},
-			Labels: map[string]string{muster.TagController: ac.ctrl.uuid, muster.TagModel: mi.UUID}},
+			Labels: map[string]string{muster.TagController: ac.ctrl.UUID(), muster.TagModel: mi.UUID}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +253,7 @@ func TestDockerE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	ac.setConfig(t, name, map[string]string{"harvest-mode": "all"})
-	pollUntil(t, "the unknown container to be harvested", func() bool {
+	testutil.Eventually(t, "the unknown container to be harvested", func() bool {
 		_, err := cli.ContainerInspect(ctx, unknown.ID, client.ContainerInspectOptions{})
 		return cerrdefs.IsNotFound(err)
 	})
@@ -228,7 +285,7 @@ func TestDockerE2E(t *testing.T) {
 	if err := ac.client.RemoveMachines(ctx, name, api.RemoveMachinesRequest{IDs: []string{gone}}); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, "the removed machine's container to go", func() bool {
+	testutil.Eventually(t, "the removed machine's container to go", func() bool {
 		_, err := cli.ContainerInspect(ctx, goneID, client.ContainerInspectOptions{})
 		return cerrdefs.IsNotFound(err)
 	})
@@ -242,11 +299,11 @@ func TestDockerE2E(t *testing.T) {
 	if err := ac.client.RemoveMachines(ctx, name, api.RemoveMachinesRequest{IDs: rest}); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, "every machine removed", func() bool { return len(ac.status(t, name).Machines) == 0 })
+	testutil.Eventually(t, "every machine removed", func() bool { return len(ac.status(t, name).Machines) == 0 })
 	if err := ac.client.RemoveModel(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, "the model's networks removed", func() bool {
+	testutil.Eventually(t, "the model's networks removed", func() bool {
 		f := make(client.Filters).Add("label", muster.TagModel+"="+mi.UUID)
 		ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 		return err == nil && len(ns.Items) == 0

@@ -17,6 +17,8 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -29,16 +31,32 @@ type testController struct {
 	tb     testing.TB
 	dir    string
 	config string // <dir>/client.yaml
-	ctrl   *controller
+	ctrl   *controller.Controller
+}
+
+// openController opens a controller with the provider kinds of the
+// controller command.
+func openController(ctx context.Context, cfg controller.Config) (*controller.Controller, error) {
+	cfg.Providers = providers
+	return controller.Open(ctx, cfg)
 }
 
 // startController opens a controller on dir (a new temp dir when empty)
 // and stops it at the end of the test.
 func startController(tb testing.TB, dir string) *testController {
 	tb.Helper()
-	if dir == "" {
-		dir = tb.TempDir()
+	return startControllerWith(tb, controller.Config{DataDir: dir})
+}
+
+// startControllerWith is startController with more of the controller's
+// config: its DataDir (a new temp dir when empty) and anything the test
+// sets; it listens on 127.0.0.1:0 and logs to <dir>/controller.log.
+func startControllerWith(tb testing.TB, cfg controller.Config) *testController {
+	tb.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = tb.TempDir()
 	}
+	dir := cfg.DataDir
 	logf, err := os.OpenFile(filepath.Join(dir, "controller.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		tb.Fatal(err)
@@ -46,12 +64,13 @@ func startController(tb testing.TB, dir string) *testController {
 	logger := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithTimeout(context.Background(), convergeDeadline)
 	defer cancel()
-	c, err := openController(ctx, controllerConfig{DataDir: dir, Listen: "127.0.0.1:0", Logger: logger})
+	cfg.Listen, cfg.Logger = "127.0.0.1:0", logger
+	c, err := openController(ctx, cfg)
 	if err != nil {
 		logf.Close()
 		tb.Fatalf("open controller: %v", err)
 	}
-	tc := &testController{tb: tb, dir: dir, config: c.clientPath, ctrl: c}
+	tc := &testController{tb: tb, dir: dir, config: c.ClientConfigPath(), ctrl: c}
 	tb.Cleanup(func() {
 		tc.stop()
 		logf.Close()
@@ -64,7 +83,7 @@ func startController(tb testing.TB, dir string) *testController {
 	})
 	// The default model's provisioner (and its embedded sim) starts just
 	// after the API: wait for it, as a user a second later would not notice.
-	eventually(tb, "default model running", func() bool {
+	testutil.Eventually(tb, "default model running", func() bool {
 		code, _, _ := tc.cli("sim", "zones")
 		return code == 0
 	})
@@ -102,7 +121,7 @@ func (tc *testController) ok(args ...string) string {
 // client is an API client of the controller, for the tests' own checks.
 func (tc *testController) client() *api.Client {
 	tc.tb.Helper()
-	cc, err := loadClientConfig(tc.config)
+	cc, err := controller.LoadClientConfig(tc.config)
 	if err != nil {
 		tc.tb.Fatal(err)
 	}
@@ -139,18 +158,6 @@ func (tc *testController) simInstances(args ...string) []simInstanceJSON {
 		tc.tb.Fatalf("decode sim instances: %v\n%s", err, out)
 	}
 	return is
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(convergeDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not reached within %s", what, convergeDeadline)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func lines(s string) []string {
@@ -323,7 +330,7 @@ func TestE2EHarvestUnknownNotForeign(t *testing.T) {
 		}
 	}
 	tc.ok("model-config", "harvest-mode=unknown", "harvest-min-age=0s", "resync-interval=1s")
-	eventually(t, "unknown instance harvested", func() bool {
+	testutil.Eventually(t, "unknown instance harvested", func() bool {
 		for _, i := range tc.simInstances() {
 			if i.ID == unknown {
 				return false
@@ -362,13 +369,13 @@ func TestE2EZoneAtZeroCapacity(t *testing.T) {
 
 func TestE2EAuthRefused(t *testing.T) {
 	tc := startController(t, "")
-	cc, err := loadClientConfig(tc.config)
+	cc, err := controller.LoadClientConfig(tc.config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cc.Token = "not-the-token"
 	bad := filepath.Join(t.TempDir(), "client.yaml")
-	if err := cc.save(bad); err != nil {
+	if err := cc.Save(bad); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"status"}, {"add-machine"}, {"sim", "instances"}} {
@@ -508,7 +515,7 @@ func TestE2ERestartLaunchesNothing(t *testing.T) {
 	sc := tc.simClient("default")
 	// Two full passes (start and a resync) have run once the sim has been
 	// listed twice.
-	eventually(t, "two full passes after restart", func() bool {
+	testutil.Eventually(t, "two full passes after restart", func() bool {
 		s, err := sc.Stats(context.Background())
 		return err == nil && s.Calls[sim.CallList] >= 2
 	})
@@ -616,7 +623,7 @@ func TestE2EModels(t *testing.T) {
 	if got := strings.TrimSpace(tc.ok("-m", "default", "model-config", "harvest-mode")); got != "destroyed" {
 		t.Errorf("with -m default got harvest-mode %q, want destroyed", got)
 	}
-	eventually(t, "model second's provisioner running", func() bool {
+	testutil.Eventually(t, "model second's provisioner running", func() bool {
 		code, out, _ := tc.cli("-m", "second", "zones")
 		return code == 0 && strings.Contains(out, "x") && strings.Contains(out, "y")
 	})
@@ -738,7 +745,7 @@ func TestDemo(t *testing.T) {
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"demo"}, strings.NewReader(""), &out, &errOut) }()
 	var config string
-	eventually(t, "demo prints MUSTER_CONFIG", func() bool {
+	testutil.Eventually(t, "demo prints MUSTER_CONFIG", func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("demo ended with exit %d early; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -797,7 +804,7 @@ func TestDemoFleetIsTheExample(t *testing.T) {
 	if !bytes.Equal(demoFleet, want) {
 		t.Fatal("cmd/muster/demo_fleet.yaml differs from examples/fleet.yaml: copy it over")
 	}
-	f, err := parseFleet(demoFleet)
+	f, err := api.ParseFleet(demoFleet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -838,11 +845,11 @@ func TestE2EWatchAndFollow(t *testing.T) {
 	defer stopWatch()
 	stopFollow, followOut, followErr, followDone := runAsync("--config", tc.config, "events", "--follow")
 	defer stopFollow()
-	eventually(t, "first status drawn", func() bool { return strings.Contains(watchOut.String(), "default") })
+	testutil.Eventually(t, "first status drawn", func() bool { return strings.Contains(watchOut.String(), "default") })
 	tc.ok("add-machine", "--wait")
 	inst := tc.status().Machines["0"].InstanceID
-	eventually(t, "status redrawn with the new machine", func() bool { return strings.Contains(watchOut.String(), inst) })
-	eventually(t, "followed events of machine 0", func() bool { return strings.Contains(followOut.String(), "machine-0") })
+	testutil.Eventually(t, "status redrawn with the new machine", func() bool { return strings.Contains(watchOut.String(), inst) })
+	testutil.Eventually(t, "followed events of machine 0", func() bool { return strings.Contains(followOut.String(), "machine-0") })
 	stopWatch()
 	stopFollow()
 	if code := waitExit(t, watchDone); code != 0 {
@@ -855,17 +862,17 @@ func TestE2EWatchAndFollow(t *testing.T) {
 
 func TestE2ESeveralControllerURLs(t *testing.T) {
 	tc := startController(t, "")
-	cc, err := loadClientConfig(tc.config)
+	cc, err := controller.LoadClientConfig(tc.config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A controller that is gone: a port nobody listens on any more.
 	dead := startController(t, "")
-	deadURL := dead.ctrl.url
+	deadURL := dead.ctrl.URL()
 	dead.stop()
 	cc.Controllers = append([]string{deadURL}, cc.Controllers...)
 	path := filepath.Join(t.TempDir(), "client.yaml")
-	if err := cc.save(path); err != nil {
+	if err := cc.Save(path); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCLI(t, "--config", path, "add-machine")
@@ -874,7 +881,7 @@ func TestE2ESeveralControllerURLs(t *testing.T) {
 	}
 	// With only dead controllers the error says so.
 	cc.Controllers = []string{deadURL, deadURL}
-	cc.save(path)
+	cc.Save(path)
 	code, _, errOut = runCLI(t, "--config", path, "status")
 	if code != 1 || !strings.Contains(errOut, "unreachable") {
 		t.Errorf("status with only dead controllers: exit %d stderr %q, want exit 1 unreachable", code, errOut)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -110,7 +111,7 @@ func TestE2EEC2Model(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli("-m", "aws", "add-machine", "-n", "6", "--group", "web", "--constraints", "cores=2")
-	eventually(t, "six machines running", running(6))
+	testutil.Eventually(t, "six machines running", running(6))
 	st := status()
 	perZone := map[string]int{}
 	for id, m := range st.Machines {
@@ -141,7 +142,7 @@ func TestE2EEC2Model(t *testing.T) {
 	sort.Strings(ids)
 	gone := ids[:2]
 	cli(append([]string{"-m", "aws", "remove-machine", "--force"}, gone...)...)
-	eventually(t, "removed machines' instances terminated", func() bool {
+	testutil.Eventually(t, "removed machines' instances terminated", func() bool {
 		inst := instances(model)
 		_, ok0 := inst[st.Machines[gone[0]].InstanceID]
 		_, ok1 := inst[st.Machines[gone[1]].InstanceID]
@@ -157,7 +158,7 @@ func TestE2EEC2Model(t *testing.T) {
 	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "1m", "--listing-lag", "1h")
 	cli("-m", "aws", "add-machine")
 	var launched sim.Instance
-	eventually(t, "the new machine's instance launched", func() bool {
+	testutil.Eventually(t, "the new machine's instance launched", func() bool {
 		for id, i := range instances(model) {
 			if !known[id] {
 				launched = i
@@ -169,7 +170,7 @@ func TestE2EEC2Model(t *testing.T) {
 	ctrl.kill()
 	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "0")
 	ctrl = pt.startController()
-	eventually(t, "five machines running after the restart", running(5))
+	testutil.Eventually(t, "five machines running after the restart", running(5))
 	m := status().Machines[launched.Tags[muster.TagMachine]]
 	if m.InstanceID != launched.ID {
 		t.Errorf("machine %s records %s, want %s, launched before the kill", launched.Tags[muster.TagMachine], m.InstanceID, launched.ID)

@@ -27,6 +27,8 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/auth"
+	"github.com/musterhq/muster/controller"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -155,7 +157,7 @@ func (cs *countingSim) instancesOf(tb testing.TB, modelUUID string) map[string][
 // openHAController opens a controller on the shared store in a new data
 // dir (unless cfg names one), closed (gracefully, unless crashed) at the
 // end of the test.
-func openHAController(tb testing.TB, store, name string, cfg controllerConfig) *controller {
+func openHAController(tb testing.TB, store, name string, cfg controller.Config) *controller.Controller {
 	tb.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(tb.TempDir(), name)
@@ -177,13 +179,11 @@ func openHAController(tb testing.TB, store, name string, cfg controllerConfig) *
 		tb.Fatalf("open controller %s: %v", name, err)
 	}
 	tb.Cleanup(func() {
-		if c.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := c.Close(ctx); err != nil {
-				tb.Errorf("close controller %s: %v", name, err)
-			}
-			cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := c.Close(ctx); err != nil { // a no-op after a crash or Close
+			tb.Errorf("close controller %s: %v", name, err)
 		}
+		cancel()
 		logf.Close()
 		if tb.Failed() {
 			if b, err := os.ReadFile(logf.Name()); err == nil {
@@ -197,13 +197,13 @@ func openHAController(tb testing.TB, store, name string, cfg controllerConfig) *
 
 // adminClient is an API client of controller c with the admin token of the
 // client config at path.
-func adminClient(tb testing.TB, path string, c *controller) *api.Client {
+func adminClient(tb testing.TB, path string, c *controller.Controller) *api.Client {
 	tb.Helper()
-	cc, err := loadClientConfig(path)
+	cc, err := controller.LoadClientConfig(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cl, err := api.NewClient(api.ClientConfig{URL: c.url, CACert: []byte(cc.CACert), Token: cc.Token})
+	cl, err := api.NewClient(api.ClientConfig{URL: c.URL(), CACert: []byte(cc.CACert), Token: cc.Token})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -226,21 +226,9 @@ func allProvisioned(tb testing.TB, cl *api.Client, model string, ids []string) b
 	return true
 }
 
-// waitWithin polls cond every 50ms until it holds or d passes.
-func waitWithin(tb testing.TB, what string, d time.Duration, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not reached within %s", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // watchOverlap samples which controllers run the model's provisioner until
 // the test ends and fails it if two ever do at once.
-func watchOverlap(t *testing.T, modelUUID string, cs ...*controller) {
+func watchOverlap(t *testing.T, modelUUID string, cs ...*controller.Controller) {
 	t.Helper()
 	done := make(chan struct{})
 	var overlaps atomic.Int64
@@ -253,7 +241,7 @@ func watchOverlap(t *testing.T, modelUUID string, cs ...*controller) {
 			}
 			n := 0
 			for _, c := range cs {
-				if c.runner(modelUUID) != nil {
+				if c.Runs(modelUUID) {
 					n++
 				}
 			}
@@ -272,9 +260,9 @@ func watchOverlap(t *testing.T, modelUUID string, cs ...*controller) {
 
 // leaderOf returns the one controller running the model's provisioner, or
 // nil.
-func leaderOf(modelUUID string, cs ...*controller) *controller {
+func leaderOf(modelUUID string, cs ...*controller.Controller) *controller.Controller {
 	for _, c := range cs {
-		if c.runner(modelUUID) != nil {
+		if c.Runs(modelUUID) {
 			return c
 		}
 	}
@@ -298,34 +286,34 @@ func addMachines(tb testing.TB, cl *api.Client, model string, n int) []string {
 func TestHATwoControllersTakeover(t *testing.T) {
 	store := testPostgresStore(t)
 	cs := newCountingSim(t)
-	a := openHAController(t, store, "a", controllerConfig{LeaseTTL: 3 * time.Second})
-	b := openHAController(t, store, "b", controllerConfig{LeaseTTL: 3 * time.Second})
+	a := openHAController(t, store, "a", controller.Config{LeaseTTL: 3 * time.Second})
+	b := openHAController(t, store, "b", controller.Config{LeaseTTL: 3 * time.Second})
 
 	// One identity: controller uuid and CA; each its own id and address.
-	if a.uuid != b.uuid {
-		t.Errorf("got controller uuids %s and %s, want one", a.uuid, b.uuid)
+	if a.UUID() != b.UUID() {
+		t.Errorf("got controller uuids %s and %s, want one", a.UUID(), b.UUID())
 	}
-	if !bytes.Equal(a.ca.CertPEM, b.ca.CertPEM) {
+	if !bytes.Equal(a.CA().CertPEM, b.CA().CertPEM) {
 		t.Error("the controllers have different CAs")
 	}
-	if a.id == b.id {
-		t.Errorf("both controllers have id %s", a.id)
+	if a.ID() == b.ID() {
+		t.Errorf("both controllers have id %s", a.ID())
 	}
-	if !a.clientWritten || b.clientWritten {
-		t.Errorf("got client configs written %v and %v, want by the first controller only", a.clientWritten, b.clientWritten)
+	if !a.ClientConfigWritten() || b.ClientConfigWritten() {
+		t.Errorf("got client configs written %v and %v, want by the first controller only", a.ClientConfigWritten(), b.ClientConfigWritten())
 	}
-	if _, err := os.Stat(b.clientPath); !os.IsNotExist(err) {
-		t.Errorf("joining controller wrote %s (err %v)", b.clientPath, err)
+	if _, err := os.Stat(b.ClientConfigPath()); !os.IsNotExist(err) {
+		t.Errorf("joining controller wrote %s (err %v)", b.ClientConfigPath(), err)
 	}
-	for _, c := range []*controller{a, b} {
-		crt, err := os.ReadFile(filepath.Join(c.cfg.DataDir, "ca.crt"))
-		if err != nil || !bytes.Equal(crt, a.ca.CertPEM) {
-			t.Errorf("%s/ca.crt is not the store's CA (err %v)", c.cfg.DataDir, err)
+	for _, c := range []*controller.Controller{a, b} {
+		crt, err := os.ReadFile(filepath.Join(c.Config().DataDir, "ca.crt"))
+		if err != nil || !bytes.Equal(crt, a.CA().CertPEM) {
+			t.Errorf("%s/ca.crt is not the store's CA (err %v)", c.Config().DataDir, err)
 		}
 	}
 	// The first controller's client config reaches the second (its server
 	// certificate comes from the same CA).
-	ca, cb := adminClient(t, a.clientPath, a), adminClient(t, a.clientPath, b)
+	ca, cb := adminClient(t, a.ClientConfigPath(), a), adminClient(t, a.ClientConfigPath(), b)
 	ctx := context.Background()
 	ctrls, err := cb.Controllers(ctx)
 	if err != nil {
@@ -336,7 +324,7 @@ func TestHATwoControllersTakeover(t *testing.T) {
 		urls = append(urls, c.URL)
 	}
 	slices.Sort(urls)
-	want := []string{a.url, b.url}
+	want := []string{a.URL(), b.URL()}
 	slices.Sort(want)
 	if !reflect.DeepEqual(urls, want) {
 		t.Errorf("got controllers %v, want %v", urls, want)
@@ -356,7 +344,7 @@ func TestHATwoControllersTakeover(t *testing.T) {
 	}
 	watchOverlap(t, m.UUID, a, b)
 	first := addMachines(t, cb, "ha", 3)
-	waitWithin(t, "first machines provisioned", convergeDeadline, func() bool { return allProvisioned(t, ca, "ha", first) })
+	testutil.EventuallyWithin(t, convergeDeadline, "first machines provisioned", func() bool { return allProvisioned(t, ca, "ha", first) })
 	leader := leaderOf(m.UUID, a, b)
 	if leader == nil {
 		t.Fatal("no controller runs the model's provisioner")
@@ -374,13 +362,13 @@ func TestHATwoControllersTakeover(t *testing.T) {
 		t.Errorf("follower's status: provisioner error %q, zones %v; want no error and 3 available zones", st.ProvisionerError, st.Zones)
 	}
 
-	leader.crash()
+	leader.Crash()
 	crashed := time.Now()
 	more := addMachines(t, fc, "ha", 3)
-	waitWithin(t, "machines added after the crash provisioned by the other controller", takeoverDeadline, func() bool {
+	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the crash provisioned by the other controller", func() bool {
 		return allProvisioned(t, fc, "ha", more)
 	})
-	t.Logf("machines added after the crash provisioned %s after it (lease TTL %s)", time.Since(crashed).Round(100*time.Millisecond), a.cfg.LeaseTTL)
+	t.Logf("machines added after the crash provisioned %s after it (lease TTL %s)", time.Since(crashed).Round(100*time.Millisecond), a.Config().LeaseTTL)
 	if leaderOf(m.UUID, a, b) != follower {
 		t.Errorf("the model's provisioner does not run on the surviving controller")
 	}
@@ -401,12 +389,12 @@ func TestHATwoControllersTakeover(t *testing.T) {
 	if err := follower.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
-	c := openHAController(t, store, "c", controllerConfig{})
-	holder, _, err := c.leases.LeaseHolder(ctx, leaseName(m.UUID))
+	c := openHAController(t, store, "c", controller.Config{})
+	holder, _, err := c.Store().(muster.LeaseStore).LeaseHolder(ctx, controller.LeaseName(m.UUID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if holder == follower.id {
+	if holder == follower.ID() {
 		t.Errorf("after a graceful stop the lease is still held by the stopped controller")
 	}
 }
@@ -416,8 +404,8 @@ func TestHATwoControllersTakeover(t *testing.T) {
 // stops the provisioner, and runs it again once the lease is free.
 func TestLeaseLostStopsProvisioner(t *testing.T) {
 	cs := newCountingSim(t)
-	c := openHAController(t, "", "solo", controllerConfig{LeaseTTL: time.Second, DefaultSimEndpoint: cs.srv.URL})
-	cl := adminClient(t, c.clientPath, c)
+	c := openHAController(t, "", "solo", controller.Config{LeaseTTL: time.Second, DefaultSimEndpoint: cs.srv.URL})
+	cl := adminClient(t, c.ClientConfigPath(), c)
 	ctx := context.Background()
 	m, err := cl.Model(ctx, muster.DefaultModel)
 	if err != nil {
@@ -426,29 +414,29 @@ func TestLeaseLostStopsProvisioner(t *testing.T) {
 	if m.Config["endpoint"] != cs.srv.URL {
 		t.Errorf("default model config %v, want endpoint %s", m.Config, cs.srv.URL)
 	}
-	waitWithin(t, "provisioner running", convergeDeadline, func() bool { return c.runner(m.UUID) != nil })
-	name := leaseName(m.UUID)
+	testutil.EventuallyWithin(t, convergeDeadline, "provisioner running", func() bool { return c.Runs(m.UUID) })
+	name := controller.LeaseName(m.UUID)
 	// Steal the lease: free it behind the controller's back and claim it
 	// for another holder before the controller renews it.
 	var held bool
 	for i := 0; i < 50 && !held; i++ {
-		if err := c.leases.ReleaseLease(ctx, name, c.id); err != nil {
+		if err := c.Store().(muster.LeaseStore).ReleaseLease(ctx, name, c.ID()); err != nil {
 			t.Fatal(err)
 		}
-		if held, _, err = c.leases.ClaimLease(ctx, name, "thief", 2*time.Second); err != nil {
+		if held, _, err = c.Store().(muster.LeaseStore).ClaimLease(ctx, name, "thief", 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if !held {
 		t.Fatal("could not take the lease away")
 	}
-	waitWithin(t, "provisioner stopped", convergeDeadline, func() bool { return c.runner(m.UUID) == nil })
-	if err := c.leases.ReleaseLease(ctx, name, "thief"); err != nil {
+	testutil.EventuallyWithin(t, convergeDeadline, "provisioner stopped", func() bool { return !c.Runs(m.UUID) })
+	if err := c.Store().(muster.LeaseStore).ReleaseLease(ctx, name, "thief"); err != nil {
 		t.Fatal(err)
 	}
-	waitWithin(t, "provisioner running again", convergeDeadline, func() bool { return c.runner(m.UUID) != nil })
+	testutil.EventuallyWithin(t, convergeDeadline, "provisioner running again", func() bool { return c.Runs(m.UUID) })
 	ids := addMachines(t, cl, muster.DefaultModel, 2)
-	waitWithin(t, "machines provisioned", convergeDeadline, func() bool { return allProvisioned(t, cl, muster.DefaultModel, ids) })
+	testutil.EventuallyWithin(t, convergeDeadline, "machines provisioned", func() bool { return allProvisioned(t, cl, muster.DefaultModel, ids) })
 }
 
 // TestHACLIFailover gives the CLI a config naming the first of two
@@ -457,37 +445,37 @@ func TestLeaseLostStopsProvisioner(t *testing.T) {
 func TestHACLIFailover(t *testing.T) {
 	store := testPostgresStore(t)
 	cs := newCountingSim(t)
-	a := openHAController(t, store, "a", controllerConfig{DefaultSimEndpoint: cs.srv.URL})
-	b := openHAController(t, store, "b", controllerConfig{ClientConfigFrom: a.clientPath})
+	a := openHAController(t, store, "a", controller.Config{DefaultSimEndpoint: cs.srv.URL})
+	b := openHAController(t, store, "b", controller.Config{ClientConfigFrom: a.ClientConfigPath()})
 
 	// A client config with another token is refused.
-	bad, err := loadClientConfig(a.clientPath)
+	bad, err := controller.LoadClientConfig(a.ClientConfigPath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad.Token, _ = auth.NewToken()
 	badPath := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := bad.save(badPath); err != nil {
+	if err := bad.Save(badPath); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), convergeDeadline)
 	defer cancel()
-	if _, err := openController(ctx, controllerConfig{DataDir: t.TempDir(), StoreURL: store, Listen: "127.0.0.1:0", ClientConfigFrom: badPath,
+	if _, err := openController(ctx, controller.Config{DataDir: t.TempDir(), StoreURL: store, Listen: "127.0.0.1:0", ClientConfigFrom: badPath,
 		Logger: slog.New(slog.DiscardHandler)}); muster.ErrorCode(err) != muster.EInvalid || !strings.Contains(err.Error(), "token") {
 		t.Errorf("joining with another token: got err %v, want invalid naming the token", err)
 	}
 
 	// The joining controller copied the config, with its own URL first.
-	bcc, err := loadClientConfig(b.clientPath)
+	bcc, err := controller.LoadClientConfig(b.ClientConfigPath())
 	if err != nil {
 		t.Fatalf("joining controller's client config: %v", err)
 	}
-	if want := []string{b.url, a.url}; !reflect.DeepEqual(bcc.Controllers, want) {
+	if want := []string{b.URL(), a.URL()}; !reflect.DeepEqual(bcc.Controllers, want) {
 		t.Errorf("joining controller's client config lists %v, want %v", bcc.Controllers, want)
 	}
 
 	cfg := filepath.Join(t.TempDir(), "client.yaml")
-	data, err := os.ReadFile(a.clientPath)
+	data, err := os.ReadFile(a.ClientConfigPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,17 +488,17 @@ func TestHACLIFailover(t *testing.T) {
 	}
 	controllers := func() []string {
 		t.Helper()
-		cc, err := loadClientConfig(cfg)
+		cc, err := controller.LoadClientConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cc.Controllers
 	}
-	if got, want := controllers(), []string{a.url}; !reflect.DeepEqual(got, want) {
+	if got, want := controllers(), []string{a.URL()}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("config starts with %v, want %v", got, want)
 	}
 	cli("models")
-	if got, want := controllers(), []string{a.url, b.url}; !reflect.DeepEqual(got, want) {
+	if got, want := controllers(), []string{a.URL(), b.URL()}; !reflect.DeepEqual(got, want) {
 		t.Errorf("after a command the config lists %v, want %v", got, want)
 	}
 
@@ -524,11 +512,11 @@ func TestHACLIFailover(t *testing.T) {
 	if len(ids) != 2 {
 		t.Fatalf("add-machine printed %q, want two ids", out)
 	}
-	if got, want := controllers(), []string{b.url}; !reflect.DeepEqual(got, want) {
+	if got, want := controllers(), []string{b.URL()}; !reflect.DeepEqual(got, want) {
 		t.Errorf("after the first controller stopped the config lists %v, want %v", got, want)
 	}
 	cl := adminClient(t, cfg, b)
-	waitWithin(t, "machines provisioned by the remaining controller", takeoverDeadline, func() bool {
+	testutil.EventuallyWithin(t, takeoverDeadline, "machines provisioned by the remaining controller", func() bool {
 		return allProvisioned(t, cl, muster.DefaultModel, ids)
 	})
 	if !strings.Contains(cli("status"), "running") {
@@ -595,7 +583,7 @@ func TestHAKilledControllerProcess(t *testing.T) {
 		return got
 	}
 	first := lines(cli("add-machine", "-n", "3"))
-	waitWithin(t, "first machines provisioned", convergeDeadline, func() bool { return len(provisionedIDs()) == len(first) })
+	testutil.EventuallyWithin(t, convergeDeadline, "first machines provisioned", func() bool { return len(provisionedIDs()) == len(first) })
 
 	// Who runs the provisioner: the holder of the default model's lease.
 	uuid := ""
@@ -610,12 +598,12 @@ func TestHAKilledControllerProcess(t *testing.T) {
 	}
 	defer db.Close()
 	var holder string
-	if err := db.QueryRow(`SELECT holder FROM leases WHERE name = $1`, leaseName(uuid)).Scan(&holder); err != nil {
+	if err := db.QueryRow(`SELECT holder FROM leases WHERE name = $1`, controller.LeaseName(uuid)).Scan(&holder); err != nil {
 		t.Fatalf("read the model's lease: %v", err)
 	}
 	leader, other := "", ""
 	for name := range procs {
-		id, err := os.ReadFile(filepath.Join(tmp, name, controllerIDFile))
+		id, err := os.ReadFile(filepath.Join(tmp, name, controller.IDFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -629,7 +617,7 @@ func TestHAKilledControllerProcess(t *testing.T) {
 		t.Fatalf("lease holder %s is neither controller", holder)
 	}
 	// The CLI has learnt both addresses from the first command.
-	if cc, err := loadClientConfig(config); err != nil || len(cc.Controllers) != 2 {
+	if cc, err := controller.LoadClientConfig(config); err != nil || len(cc.Controllers) != 2 {
 		t.Fatalf("client config lists %v (err %v), want both controllers", cc, err)
 	}
 
@@ -637,7 +625,7 @@ func TestHAKilledControllerProcess(t *testing.T) {
 	delete(procs, leader)
 	killed := time.Now()
 	more := lines(cli("add-machine", "-n", "3"))
-	waitWithin(t, "machines added after the kill provisioned by controller "+other, takeoverDeadline, func() bool {
+	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the kill provisioned by controller "+other, func() bool {
 		return len(provisionedIDs()) == len(first)+len(more)
 	})
 	t.Logf("controller %s killed; machines added afterwards provisioned by %s %s later", leader, other, time.Since(killed).Round(100*time.Millisecond))
@@ -680,55 +668,25 @@ func TestCLISkipsSilentController(t *testing.T) {
 			c.Close()
 		}
 	})
-	cc, err := loadClientConfig(tc.config)
+	cc, err := controller.LoadClientConfig(tc.config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	silent := "https://" + ln.Addr().String()
-	cc.Controllers = []string{silent, tc.ctrl.url}
+	cc.Controllers = []string{silent, tc.ctrl.URL()}
 	cfg := filepath.Join(t.TempDir(), "client.yaml")
-	if err := cc.save(cfg); err != nil {
+	if err := cc.Save(cfg); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCLI(t, "--config", cfg, "models")
 	if code != 0 || !strings.Contains(out, muster.DefaultModel) {
 		t.Fatalf("models: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	got, err := loadClientConfig(cfg)
+	got, err := controller.LoadClientConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{tc.ctrl.url}; !reflect.DeepEqual(got.Controllers, want) {
+	if want := []string{tc.ctrl.URL()}; !reflect.DeepEqual(got.Controllers, want) {
 		t.Errorf("got controllers %v, want %v", got.Controllers, want)
-	}
-}
-
-// TestDataDirCAMovesIntoStore starts a controller on a data dir that has
-// a CA of its own (made before the CA moved into the store) and a new
-// SQLite store: the data dir's CA becomes the store's, also after a
-// restart.
-func TestDataDirCAMovesIntoStore(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := auth.LoadOrCreateCA(dir, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		c := openHAController(t, "", "c", controllerConfig{DataDir: dir})
-		if !bytes.Equal(c.ca.CertPEM, ca.CertPEM) {
-			t.Errorf("start %d: the controller's CA is not the data dir's", i+1)
-		}
-		kv, err := c.store.ControllerConfig(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if kv[cfgCACert] != string(ca.CertPEM) || kv[cfgCAKey] != string(ca.KeyPEM) {
-			t.Errorf("start %d: the store's CA is not the data dir's", i+1)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := c.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
 	}
 }

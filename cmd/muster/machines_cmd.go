@@ -59,9 +59,9 @@ error.`,
 			if !wait {
 				return nil
 			}
-			goals := map[string]waitGoal{}
+			goals := map[string]api.Goal{}
 			for _, id := range ids {
-				goals[id] = provisioned
+				goals[id] = api.Provisioned
 			}
 			failures, err := waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "provisioning")
 			if err != nil {
@@ -106,9 +106,9 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 			if !wait {
 				return nil
 			}
-			goals := map[string]waitGoal{}
+			goals := map[string]api.Goal{}
 			for _, id := range args {
-				goals[id] = removed
+				goals[id] = api.Removed
 			}
 			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing")
 			return err

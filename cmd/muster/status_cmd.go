@@ -158,7 +158,7 @@ prints the status again on every change until interrupted.`,
 // watchStatus redraws the status on every change notification until ctx
 // ends: in place on a terminal, one after another otherwise.
 func watchStatus(ctx context.Context, c *api.Client, model string, w io.Writer, format string) error {
-	changes, err := watchChanges(ctx, c, model)
+	changes, err := c.WatchChanges(ctx, model)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func watchStatus(ctx context.Context, c *api.Client, model string, w io.Writer, 
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(minRefresh):
+		case <-time.After(api.MinRefresh):
 		}
 		select {
 		case <-ctx.Done():

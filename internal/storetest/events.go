@@ -62,6 +62,9 @@ func testEvents(t *testing.T, h *harness) {
 		{"limit larger than log", muster.EventFilter{Limit: 10}, kinds},
 		{"machine and limit", muster.EventFilter{MachineID: "0", Limit: 1}, []string{"started"}},
 		{"after the last", muster.EventFilter{AfterSeq: all[3].Seq}, nil},
+		{"page keeps the oldest", muster.EventFilter{Page: 2}, kinds[:2]},
+		{"page after", muster.EventFilter{AfterSeq: all[1].Seq, Page: 1}, []string{"started"}},
+		{"machine page", muster.EventFilter{MachineID: "0", Page: 1}, []string{"add-machine"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			es, err := s.Events(ctx, m.UUID, tc.f)
@@ -77,6 +80,8 @@ func testEvents(t *testing.T, h *harness) {
 			}
 		})
 	}
+	_, err = s.Events(ctx, m.UUID, muster.EventFilter{Page: 2, Limit: 2})
+	wantCode(t, "page with limit", err, muster.EInvalid)
 	_, err = s.Events(ctx, m.UUID, muster.EventFilter{Limit: -1})
 	wantCode(t, "negative limit", err, muster.EInvalid)
 	_, err = s.Events(ctx, "00000000-0000-4000-8000-000000000000", muster.EventFilter{})

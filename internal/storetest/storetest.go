@@ -51,6 +51,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WatchResume", testWatchResume},
 		{"WatchEnd", testWatchEnd},
 		{"WatchErrors", testWatchErrors},
+		{"Trim", testTrim},
+		{"UpdateWithEvents", testUpdateWithEvents},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"Leases", testLeases},
 		{"LeaseExpiry", testLeaseExpiry},

@@ -1,4 +1,4 @@
-package main
+package controller
 
 import (
 	"context"
@@ -22,18 +22,18 @@ import (
 	"github.com/musterhq/muster/api"
 )
 
-// agentCatalogue is the agent binary catalogue of SPEC P8, kept in
+// AgentCatalogue is the agent binary catalogue of SPEC P8, kept in
 // <data-dir>/agent-binaries: index.json lists the entries, and the files
 // added with `muster agent-binaries add` are copied next to it. The
 // controller registers its own binary at start. The index is read at each
 // lookup, so binaries added while the controller runs are found at once.
-type agentCatalogue struct {
+type AgentCatalogue struct {
 	dir string
 	mu  sync.Mutex // serialises this process's read-modify-write of the index
 }
 
-// agentBinaryEntry is one entry of the index.
-type agentBinaryEntry struct {
+// AgentBinaryEntry is one entry of the index.
+type AgentBinaryEntry struct {
 	Version string    `json:"version"`
 	OS      string    `json:"os"`
 	Arch    string    `json:"arch"`
@@ -48,19 +48,20 @@ type agentBinaryEntry struct {
 }
 
 type agentIndex struct {
-	Binaries []agentBinaryEntry `json:"binaries"`
+	Binaries []AgentBinaryEntry `json:"binaries"`
 }
 
-var _ muster.AgentBinaryFinder = (*agentCatalogue)(nil)
+var _ muster.AgentBinaryFinder = (*AgentCatalogue)(nil)
 
-func newAgentCatalogue(dataDir string) *agentCatalogue {
-	return &agentCatalogue{dir: filepath.Join(dataDir, "agent-binaries")}
+// NewAgentCatalogue returns the catalogue of the data dir.
+func NewAgentCatalogue(dataDir string) *AgentCatalogue {
+	return &AgentCatalogue{dir: filepath.Join(dataDir, "agent-binaries")}
 }
 
-func (c *agentCatalogue) indexPath() string { return filepath.Join(c.dir, "index.json") }
+func (c *AgentCatalogue) indexPath() string { return filepath.Join(c.dir, "index.json") }
 
 // load reads the index; a missing index is an empty catalogue.
-func (c *agentCatalogue) load() (agentIndex, error) {
+func (c *AgentCatalogue) load() (agentIndex, error) {
 	var idx agentIndex
 	b, err := os.ReadFile(c.indexPath())
 	if errors.Is(err, os.ErrNotExist) {
@@ -76,7 +77,7 @@ func (c *agentCatalogue) load() (agentIndex, error) {
 }
 
 // save replaces the index atomically.
-func (c *agentCatalogue) save(idx agentIndex) error {
+func (c *AgentCatalogue) save(idx agentIndex) error {
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return fmt.Errorf("create agent binary dir: %w", err)
 	}
@@ -104,14 +105,14 @@ func (c *agentCatalogue) save(idx agentIndex) error {
 
 // put adds e to the index, replacing the entry of the same version, OS and
 // arch.
-func (c *agentCatalogue) put(e agentBinaryEntry) error {
+func (c *AgentCatalogue) put(e AgentBinaryEntry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	idx, err := c.load()
 	if err != nil {
 		return err
 	}
-	idx.Binaries = slices.DeleteFunc(idx.Binaries, func(o agentBinaryEntry) bool {
+	idx.Binaries = slices.DeleteFunc(idx.Binaries, func(o AgentBinaryEntry) bool {
 		return o.Version == e.Version && o.OS == e.OS && o.Arch == e.Arch
 	})
 	idx.Binaries = append(idx.Binaries, e)
@@ -131,7 +132,7 @@ func (c *agentCatalogue) put(e agentBinaryEntry) error {
 // registerSelf registers the controller's own binary at path for this
 // version, OS and arch. Its hash is reused while the file's size and
 // modification time are unchanged.
-func (c *agentCatalogue) registerSelf(path string, now time.Time) error {
+func (c *AgentCatalogue) registerSelf(path string, now time.Time) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("register agent binary: %w", err)
@@ -155,51 +156,51 @@ func (c *agentCatalogue) registerSelf(path string, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("register agent binary: %w", err)
 	}
-	return c.put(agentBinaryEntry{
+	return c.put(AgentBinaryEntry{
 		Version: muster.Version, OS: osName, Arch: arch, SHA256: sum, Size: size,
 		Path: abs, ModTime: fi.ModTime(), Added: now.UTC(), Self: true,
 	})
 }
 
-// add copies the binary at src into the catalogue for version, OS and
+// Add copies the binary at src into the catalogue for version, OS and
 // arch, after checking that it is an executable of that OS and arch.
-func (c *agentCatalogue) add(src, version, osName, arch string, now time.Time) (agentBinaryEntry, error) {
+func (c *AgentCatalogue) Add(src, version, osName, arch string, now time.Time) (AgentBinaryEntry, error) {
 	if version == "" || osName == "" || arch == "" {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "version, os and arch are required")
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "version, os and arch are required")
 	}
 	if !versionRE.MatchString(version) {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "bad version %q: want e.g. 1.2.3", version)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "bad version %q: want e.g. 1.2.3", version)
 	}
 	if !slices.Contains(muster.Arches, arch) {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "bad arch %q (known: %v)", arch, muster.Arches)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "bad arch %q (known: %v)", arch, muster.Arches)
 	}
 	if osName != "linux" {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "bad os %q: only linux agents are supported", osName)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "bad os %q: only linux agents are supported", osName)
 	}
 	fi, err := os.Stat(src)
 	if err != nil {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary: %v", err)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary: %v", err)
 	}
 	if !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary %s is not a non-empty regular file", src)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary %s is not a non-empty regular file", src)
 	}
 	if got, err := elfArch(src); err != nil {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary %s is not a linux executable: %v", src, err)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary %s is not a linux executable: %v", src, err)
 	} else if got != arch {
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary %s is for %s, not %s", src, got, arch)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary %s is for %s, not %s", src, got, arch)
 	}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
-		return agentBinaryEntry{}, fmt.Errorf("create agent binary dir: %w", err)
+		return AgentBinaryEntry{}, fmt.Errorf("create agent binary dir: %w", err)
 	}
 	tmp, err := os.CreateTemp(c.dir, "add-*")
 	if err != nil {
-		return agentBinaryEntry{}, fmt.Errorf("copy agent binary: %w", err)
+		return AgentBinaryEntry{}, fmt.Errorf("copy agent binary: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	in, err := os.Open(src)
 	if err != nil {
 		tmp.Close()
-		return agentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary: %v", err)
+		return AgentBinaryEntry{}, muster.Errorf(muster.EInvalid, "agent binary: %v", err)
 	}
 	h := sha256.New()
 	size, err := io.Copy(io.MultiWriter(tmp, h), in)
@@ -211,29 +212,29 @@ func (c *agentCatalogue) add(src, version, osName, arch string, now time.Time) (
 		err = cerr
 	}
 	if err != nil {
-		return agentBinaryEntry{}, fmt.Errorf("copy agent binary: %w", err)
+		return AgentBinaryEntry{}, fmt.Errorf("copy agent binary: %w", err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	name := fmt.Sprintf("muster-%s-%s-%s-%s", version, osName, arch, sum[:12])
 	if err := os.Rename(tmp.Name(), filepath.Join(c.dir, name)); err != nil {
-		return agentBinaryEntry{}, fmt.Errorf("copy agent binary: %w", err)
+		return AgentBinaryEntry{}, fmt.Errorf("copy agent binary: %w", err)
 	}
-	e := agentBinaryEntry{Version: version, OS: osName, Arch: arch, SHA256: sum, Size: size, Path: name, Added: now.UTC()}
+	e := AgentBinaryEntry{Version: version, OS: osName, Arch: arch, SHA256: sum, Size: size, Path: name, Added: now.UTC()}
 	if err := c.put(e); err != nil {
-		return agentBinaryEntry{}, err
+		return AgentBinaryEntry{}, err
 	}
 	return e, nil
 }
 
-// list returns the entries of the index.
-func (c *agentCatalogue) list() ([]agentBinaryEntry, error) {
+// List returns the entries of the index.
+func (c *AgentCatalogue) List() ([]AgentBinaryEntry, error) {
 	idx, err := c.load()
 	return idx.Binaries, err
 }
 
 // FindAgentBinaries returns the binaries of version, OS and arch whose
 // file exists; ENotFound when there is none.
-func (c *agentCatalogue) FindAgentBinaries(_ context.Context, version, osName, arch string) ([]muster.AgentBinary, error) {
+func (c *AgentCatalogue) FindAgentBinaries(_ context.Context, version, osName, arch string) ([]muster.AgentBinary, error) {
 	idx, err := c.load()
 	if err != nil {
 		return nil, err
@@ -308,7 +309,7 @@ func elfArch(path string) (string, error) {
 // pathOf returns the file of the catalogue's binary with SHA-256 sum;
 // ENotFound when there is none (what GET /v1/agent-binaries/{sha256}
 // serves).
-func (c *agentCatalogue) pathOf(sum string) (string, error) {
+func (c *AgentCatalogue) pathOf(sum string) (string, error) {
 	idx, err := c.load()
 	if err != nil {
 		return "", err

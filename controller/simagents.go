@@ -1,4 +1,4 @@
-package main
+package controller
 
 import (
 	"context"
@@ -15,10 +15,6 @@ import (
 	"github.com/musterhq/muster/sim"
 )
 
-// simAgentBootDelay is how long a simulated instance "boots" before its
-// agent starts (SPEC §3.1); tests shorten it.
-var simAgentBootDelay = time.Second
-
 // simAgentsCheckEvery bounds how often the model's sim-agents setting is
 // re-read from the store.
 const simAgentsCheckEvery = time.Second
@@ -34,6 +30,7 @@ type simAgents struct {
 	apiURL    string
 	caCert    string
 	clock     muster.Clock
+	bootDelay time.Duration // before an instance's agent starts (SPEC §3.1)
 	log       *slog.Logger
 	hc        *http.Client // shared by every agent of the model
 
@@ -55,8 +52,8 @@ type simAgents struct {
 
 type simAgent struct{ cancel context.CancelFunc }
 
-func newSimAgents(env providerEnv) (*simAgents, error) {
-	tlsCfg, err := auth.ClientTLSConfig(env.caCert)
+func newSimAgents(env ProviderEnv) (*simAgents, error) {
+	tlsCfg, err := auth.ClientTLSConfig(env.CACert)
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +62,8 @@ func newSimAgents(env providerEnv) (*simAgents, error) {
 	tr.MaxIdleConnsPerHost = 64
 	ctx, cancel := context.WithCancel(context.Background())
 	return &simAgents{
-		store: env.store, modelUUID: env.model.UUID, apiURL: env.apiURL, caCert: string(env.caCert),
-		clock: env.clock, log: env.logger.With("component", "sim-agents"),
+		store: env.Store, modelUUID: env.Model.UUID, apiURL: env.APIURL, caCert: string(env.CACert),
+		clock: env.Clock, bootDelay: env.SimAgentBootDelay, log: env.Logger.With("component", "sim-agents"),
 		hc:  &http.Client{Transport: tr},
 		ctx: ctx, cancel: cancel, running: map[string]*simAgent{},
 	}, nil
@@ -113,7 +110,7 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 			}
 			s.mu.Unlock()
 		}()
-		t := s.clock.NewTimer(simAgentBootDelay)
+		t := s.clock.NewTimer(s.bootDelay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -181,7 +178,7 @@ func (s *simAgents) count() int {
 // does it before shutting its server down: a connection the agents' shared
 // transport dialled but never used counts as busy for five seconds in
 // http.Server.Shutdown.
-func (c *controller) stopSimAgents() {
+func (c *Controller) stopSimAgents() {
 	c.mu.Lock()
 	var agents []*simAgents
 	for _, r := range c.models {

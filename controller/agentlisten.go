@@ -1,4 +1,4 @@
-package main
+package controller
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // serves with a certificate for it (127.0.0.1) is used as is. It returns the
 // https URLs, in the order of hosts, and a function that closes the
 // listeners it opened.
-func (c *controller) listenAgents(_ context.Context, hosts []string) ([]string, func(), error) {
+func (c *Controller) listenAgents(_ context.Context, hosts []string) ([]string, func(), error) {
 	mainHost, port, _ := net.SplitHostPort(c.listener.Addr().String())
 	var (
 		urls []string

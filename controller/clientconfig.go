@@ -1,18 +1,21 @@
-package main
+package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"github.com/musterhq/muster/api"
 	"gopkg.in/yaml.v3"
 )
 
-// clientConfig is what the CLI needs to reach a controller: written by the
+// ClientConfig is what the CLI needs to reach a controller: written by the
 // controller at first start to <data-dir>/client.yaml and, if none exists
 // yet, ~/.config/muster/client.yaml (mode 0600: it holds the admin token).
-type clientConfig struct {
+type ClientConfig struct {
 	// Controllers are the API URLs of every known controller; the CLI tries
 	// them in order.
 	Controllers []string `yaml:"controllers"`
@@ -21,8 +24,8 @@ type clientConfig struct {
 	Model       string   `yaml:"model,omitempty"`
 }
 
-// defaultClientConfigPath is ~/.config/muster/client.yaml.
-func defaultClientConfigPath() (string, error) {
+// DefaultClientConfigPath is ~/.config/muster/client.yaml.
+func DefaultClientConfigPath() (string, error) {
 	dir, err := os.UserConfigDir()
 	if err != nil {
 		return "", fmt.Errorf("find the user config directory: %w", err)
@@ -30,19 +33,31 @@ func defaultClientConfigPath() (string, error) {
 	return filepath.Join(dir, "muster", "client.yaml"), nil
 }
 
-// clientConfigPath picks the config file: the --config flag, then
-// MUSTER_CONFIG, then the default.
-func clientConfigPath(flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
+// LearnControllers sets c's controllers to the live ones the controller
+// of client knows: client's first, then the others the store has
+// registered; controllers no longer registered are forgotten. It reports
+// whether they changed. Any failure leaves them as they are (an older
+// controller has no list).
+func (c *ClientConfig) LearnControllers(ctx context.Context, client *api.Client) bool {
+	live, err := client.Controllers(ctx)
+	if err != nil || len(live) == 0 {
+		return false
 	}
-	if env := os.Getenv("MUSTER_CONFIG"); env != "" {
-		return env, nil
+	urls := []string{client.URL()}
+	for _, l := range live {
+		if l.URL != client.URL() {
+			urls = append(urls, l.URL)
+		}
 	}
-	return defaultClientConfigPath()
+	if slices.Equal(urls, c.Controllers) {
+		return false
+	}
+	c.Controllers = urls
+	return true
 }
 
-func loadClientConfig(path string) (*clientConfig, error) {
+// LoadClientConfig reads a client config and checks it is complete.
+func LoadClientConfig(path string) (*ClientConfig, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no client config at %s: start a controller with `muster controller` or set MUSTER_CONFIG", path)
@@ -50,7 +65,7 @@ func loadClientConfig(path string) (*clientConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read client config: %w", err)
 	}
-	var c clientConfig
+	var c ClientConfig
 	if err := yaml.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("client config %s: %v", path, err)
 	}
@@ -60,8 +75,8 @@ func loadClientConfig(path string) (*clientConfig, error) {
 	return &c, nil
 }
 
-// save writes c atomically with mode 0600.
-func (c *clientConfig) save(path string) error {
+// Save writes c atomically with mode 0600.
+func (c *ClientConfig) Save(path string) error {
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		return err

@@ -1,4 +1,8 @@
-package main
+// Package controller is the muster controller as a library: Open starts
+// it on a data dir (state store, CA, client config, agent-binary catalogue,
+// HTTPS API, controller registration) and runs one supervised provisioner
+// per model while it holds the model's lease; Close stops it all.
+package controller
 
 import (
 	"context"
@@ -19,10 +23,7 @@ import (
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/provisioner"
-	"github.com/musterhq/muster/sim"
 	"github.com/musterhq/muster/sqlstore"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Keys of the controller config kept in the store.
@@ -35,10 +36,10 @@ const (
 	cfgCAKey  = "ca-key"
 )
 
-// controllerIDFile holds a controller's own id in its data dir: the lease
+// IDFile holds a controller's own id in its data dir: the lease
 // holder and registry name of this controller among those sharing a store
 // (the controller uuid is the same for all of them).
-const controllerIDFile = "controller-id"
+const IDFile = "controller-id"
 
 // Timings of the controllers sharing a store.
 const (
@@ -55,8 +56,12 @@ const (
 	registerEvery = 10 * time.Second
 )
 
-// controllerConfig configures a controller; flags map onto it.
-type controllerConfig struct {
+// StopTimeout bounds a graceful stop (SPEC §5.1: within 5 s).
+const StopTimeout = 4500 * time.Millisecond
+
+// Config configures a controller; the controller command's flags map onto
+// it.
+type Config struct {
 	DataDir   string
 	Listen    string // host:port; port 0 picks one
 	StoreURL  string // "" = sqlite://<data-dir>/muster.db
@@ -87,22 +92,30 @@ type controllerConfig struct {
 	DefaultSimEndpoint string
 	// LeaseTTL is the life of a model lease; default 10s.
 	LeaseTTL time.Duration
+	// Providers are the provider kinds models may use, by provider name
+	// (DESIGN §1: the map is built by the caller, in cmd/muster);
+	// required.
+	Providers map[string]ProviderKind
+	// SimAgentBootDelay is how long a simulated instance "boots" before
+	// its agent starts (SPEC §3.1); default 1s.
+	SimAgentBootDelay time.Duration
 }
 
-// controller is a running `muster controller`: store, HTTPS API, and one
-// supervised provisioner per model.
-type controller struct {
-	cfg        controllerConfig
+// Controller is a running controller: store, HTTPS API, and one
+// supervised provisioner per model. Its methods are safe for concurrent
+// use.
+type Controller struct {
+	cfg        Config
 	log        *slog.Logger
 	store      muster.Store
 	leases     muster.LeaseStore
 	registry   muster.ControllerRegistry
 	shared     bool   // the store is shared with other controllers (PostgreSQL)
-	id         string // this controller's own id (controllerIDFile)
+	id         string // this controller's own id (IDFile)
 	apiAddress string // host:port registered for clients
 	uuid       string
 	ca         *auth.CA
-	agentBins  *agentCatalogue
+	agentBins  *AgentCatalogue
 	url        string // https://host:port
 	clientPath string // <data-dir>/client.yaml
 	// clientWritten is false when a joining controller could not write a
@@ -122,10 +135,12 @@ type controller struct {
 	// released and the registration is left to expire.
 	crashed atomic.Bool
 
+	closeOnce sync.Once
+	closeErr  error
+
 	mu      sync.Mutex
 	models  map[string]*modelRunner // the provisioners running here, by model uuid
 	leaders map[string]*modelLease  // every model's lease loop, by model uuid
-	sims    map[string]*sim.Client  // by endpoint: zones of models provisioned elsewhere
 }
 
 // modelLease runs one model's provisioner on this controller while it holds
@@ -140,15 +155,15 @@ type modelLease struct {
 // modelRunner is one model's provider and provisioner.
 type modelRunner struct {
 	model    muster.Model
-	provider *modelProvider
+	provider *ModelProvider
 	sup      *provisioner.Supervisor
 	cancel   context.CancelFunc
 }
 
-// openController starts a controller: it initialises the data dir and
+// Open starts a controller: it initialises the data dir and
 // store on first start, then serves the API and runs the provisioners
 // until Close.
-func openController(ctx context.Context, cfg controllerConfig) (*controller, error) {
+func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -170,7 +185,13 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = defaultLeaseTTL
 	}
-	c := &controller{cfg: cfg, log: cfg.Logger, models: map[string]*modelRunner{}, leaders: map[string]*modelLease{}, sims: map[string]*sim.Client{},
+	if cfg.SimAgentBootDelay <= 0 {
+		cfg.SimAgentBootDelay = time.Second
+	}
+	if len(cfg.Providers) == 0 {
+		return nil, errors.New("open controller: no provider kinds")
+	}
+	c := &Controller{cfg: cfg, log: cfg.Logger, models: map[string]*modelRunner{}, leaders: map[string]*modelLease{},
 		clientPath: filepath.Join(cfg.DataDir, "client.yaml"), shared: isSharedStore(cfg.StoreURL)}
 	ok := false
 	defer func() {
@@ -219,7 +240,7 @@ func openController(ctx context.Context, cfg controllerConfig) (*controller, err
 			return nil, fmt.Errorf("find own binary: %w", err)
 		}
 	}
-	c.agentBins = newAgentCatalogue(cfg.DataDir)
+	c.agentBins = NewAgentCatalogue(cfg.DataDir)
 	if err := c.agentBins.registerSelf(c.cfg.AgentBinary, cfg.Clock.Now()); err != nil {
 		return nil, err
 	}
@@ -307,7 +328,7 @@ func isSharedStore(storeURL string) bool {
 // loadOrCreateControllerID returns the controller's own id, kept in its
 // data dir.
 func loadOrCreateControllerID(dataDir string) (string, error) {
-	p := filepath.Join(dataDir, controllerIDFile)
+	p := filepath.Join(dataDir, IDFile)
 	b, err := os.ReadFile(p)
 	if err == nil {
 		if id := strings.TrimSpace(string(b)); id != "" {
@@ -345,7 +366,7 @@ func dataDirCA(dataDir string, now time.Time) (certPEM, keyPEM []byte, err error
 // writeCACert keeps the store's CA certificate in the data dir's ca.crt,
 // for clients' convenience. A data dir with a CA key of its own is left
 // alone (a warning says the store's CA is used).
-func (c *controller) writeCACert() error {
+func (c *Controller) writeCACert() error {
 	certPath := filepath.Join(c.cfg.DataDir, auth.CACertFile)
 	have, err := os.ReadFile(certPath)
 	if err == nil && string(have) == string(c.ca.CertPEM) {
@@ -370,7 +391,7 @@ func (c *controller) writeCACert() error {
 // store it is created only with DefaultSimEndpoint: an embedded sim's
 // instances live in one controller's data dir and would be lost to the
 // controller taking the model over.
-func (c *controller) ensureDefaultModel(ctx context.Context) error {
+func (c *Controller) ensureDefaultModel(ctx context.Context) error {
 	_, err := c.store.Model(ctx, muster.DefaultModel)
 	if muster.ErrorCode(err) != muster.ENotFound {
 		return err
@@ -395,10 +416,11 @@ func (c *controller) ensureDefaultModel(ctx context.Context) error {
 	return err
 }
 
-// validateModel checks a new model: on a shared store an embedded sim is
-// refused, its instances would live in one controller's data dir.
-func (c *controller) validateModel(m muster.Model) error {
-	if err := validateModel(m); err != nil {
+// ValidateModel checks a new model: its provider and config keys, and on
+// a shared store an embedded sim is refused, its instances would live in
+// one controller's data dir.
+func (c *Controller) ValidateModel(m muster.Model) error {
+	if err := ValidateModel(c.cfg.Providers, m); err != nil {
 		return err
 	}
 	if c.shared && m.Provider == "sim" && m.Config["endpoint"] == "" {
@@ -413,7 +435,7 @@ func (c *controller) validateModel(m muster.Model) error {
 // store copies the config named by ClientConfigFrom, else writes none:
 // the user keeps using the first controller's client config, from which
 // the CLI learns every controller's address.
-func (c *controller) setUpClientConfig(firstStart bool, token, tokenHash string) error {
+func (c *Controller) setUpClientConfig(firstStart bool, token, tokenHash string) error {
 	if firstStart {
 		c.clientWritten = true
 		return c.writeClientConfigs(token)
@@ -426,7 +448,7 @@ func (c *controller) setUpClientConfig(firstStart bool, token, tokenHash string)
 		c.log.Info("joined the controllers of the store: no client config written; use the first controller's, the CLI learns this controller's address from it")
 		return nil
 	}
-	from, err := loadClientConfig(c.cfg.ClientConfigFrom)
+	from, err := LoadClientConfig(c.cfg.ClientConfigFrom)
 	if err != nil {
 		return err
 	}
@@ -439,26 +461,26 @@ func (c *controller) setUpClientConfig(firstStart bool, token, tokenHash string)
 
 // writeClientConfigs writes the data dir's client config with this
 // controller's URL first, then others, and the user's when missing.
-func (c *controller) writeClientConfigs(token string, others ...string) error {
+func (c *Controller) writeClientConfigs(token string, others ...string) error {
 	urls := []string{c.url}
 	for _, u := range others {
 		if u != c.url {
 			urls = append(urls, u)
 		}
 	}
-	cc := &clientConfig{Controllers: urls, CACert: string(c.ca.CertPEM), Token: token, Model: muster.DefaultModel}
-	if err := cc.save(c.clientPath); err != nil {
+	cc := &ClientConfig{Controllers: urls, CACert: string(c.ca.CertPEM), Token: token, Model: muster.DefaultModel}
+	if err := cc.Save(c.clientPath); err != nil {
 		return err
 	}
 	if !c.cfg.WriteUserConfig {
 		return nil
 	}
-	p, err := defaultClientConfigPath()
+	p, err := DefaultClientConfigPath()
 	if err != nil {
 		return err
 	}
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-		if err := cc.save(p); err != nil {
+		if err := cc.Save(p); err != nil {
 			return err
 		}
 		c.log.Info("wrote client config", "path", p)
@@ -468,8 +490,8 @@ func (c *controller) writeClientConfigs(token string, others ...string) error {
 
 // updateClientConfigURL keeps the data dir's client config pointing at
 // this controller after a restart on another port.
-func (c *controller) updateClientConfigURL() error {
-	cc, err := loadClientConfig(c.clientPath)
+func (c *Controller) updateClientConfigURL() error {
+	cc, err := LoadClientConfig(c.clientPath)
 	if err != nil {
 		return err
 	}
@@ -479,20 +501,13 @@ func (c *controller) updateClientConfigURL() error {
 		}
 	}
 	cc.Controllers = append([]string{c.url}, cc.Controllers...)
-	return cc.save(c.clientPath)
+	return cc.Save(c.clientPath)
 }
 
 // keepRegistered refreshes the controller's registered API address until
 // Close.
-func (c *controller) keepRegistered() {
-	t := time.NewTicker(registerEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
+func (c *Controller) keepRegistered() {
+	for muster.Sleep(c.ctx, c.cfg.Clock, registerEvery) == nil {
 		ctx, cancel := context.WithTimeout(c.ctx, registerEvery)
 		err := c.registry.RegisterController(ctx, c.id, c.apiAddress, registerTTL)
 		cancel()
@@ -503,22 +518,18 @@ func (c *controller) keepRegistered() {
 }
 
 // runModels keeps one lease loop running per model until Close.
-func (c *controller) runModels() {
-	t := time.NewTicker(c.cfg.ModelPoll)
-	defer t.Stop()
+func (c *Controller) runModels() {
 	for {
 		c.syncModels()
-		select {
-		case <-c.ctx.Done():
+		if muster.Sleep(c.ctx, c.cfg.Clock, c.cfg.ModelPoll) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }
 
 // syncModels starts lease loops for new models and stops those of removed
 // ones.
-func (c *controller) syncModels() {
+func (c *Controller) syncModels() {
 	models, err := c.store.Models(c.ctx)
 	if err != nil {
 		if c.ctx.Err() == nil {
@@ -552,113 +563,34 @@ func (c *controller) syncModels() {
 	}
 }
 
-// leaseName is the lease of a model's provisioner.
-func leaseName(modelUUID string) string { return "model/" + modelUUID }
+// LeaseName is the lease of a model's provisioner.
+func LeaseName(modelUUID string) string { return "model/" + modelUUID }
 
 // leadModel runs the model's provisioner while this controller holds the
-// model's lease, until ctx ends. The lease is renewed every third of its
-// TTL; the provisioner is stopped (cancelled and waited for) as soon as a
-// renewal is refused, or when no renewal succeeded by a fifth of the TTL
-// before the lease could expire, counted on this host's monotonic clock
-// from just before the last successful claim was sent: the database's
-// expiry always comes later, whatever the clocks' skew, so another
-// controller never starts the model's provisioner while this one runs it.
-func (c *controller) leadModel(ctx context.Context, l *modelLease) {
-	name := leaseName(l.uuid)
-	ttl := c.cfg.LeaseTTL
-	renew, margin := ttl/3, ttl/5
-	log := c.log.With("model", l.name)
+// model's lease, until ctx ends (lease.go).
+func (c *Controller) leadModel(ctx context.Context, l *modelLease) {
 	var r *modelRunner // while this controller runs the provisioner
-	var deadline time.Time
-	stop := func(why string) {
-		c.stopModel(r, l.removed.Load())
-		r = nil
-		log.Info("provisioner stopped", "why", why)
-		if late := time.Since(deadline.Add(margin)); late > 0 {
-			// The lease may have expired while the provisioner still ran.
-			log.Error("provisioner stopped after its lease could have expired", "late", late)
-		}
+	lr := &leaseRunner{
+		leases: c.leases, name: LeaseName(l.uuid), holder: c.id,
+		ttl: c.cfg.LeaseTTL, poll: leasePoll, clock: c.cfg.Clock,
+		log: c.log.With("model", l.name),
+		start: func(ctx context.Context) (bool, error) {
+			var err error
+			r, err = c.startModel(ctx, l.uuid)
+			return r != nil, err
+		},
+		stop: func(string) {
+			c.stopModel(r, l.removed.Load())
+			r = nil
+		},
+		release: func() bool { return !c.crashed.Load() },
 	}
-	for {
-		start := time.Now()
-		timeout := renew
-		if r != nil {
-			timeout = min(timeout, time.Until(deadline))
-		}
-		if timeout > 0 {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			held, _, err := c.leases.ClaimLease(cctx, name, c.id, ttl)
-			cancel()
-			if ctx.Err() != nil {
-				break
-			}
-			switch {
-			case err != nil:
-				lvl := slog.LevelDebug
-				if r != nil {
-					lvl = slog.LevelWarn
-				}
-				log.Log(ctx, lvl, "claim model lease", "err", err)
-			case !held:
-				if r != nil {
-					stop("model lease taken by another controller")
-				}
-			default:
-				deadline = start.Add(ttl - margin)
-				if r == nil {
-					var err error
-					if r, err = c.startModel(ctx, l.uuid); err != nil {
-						if ctx.Err() == nil {
-							log.Error("start model", "err", err)
-						}
-						c.releaseLease(name) // another controller may do better
-					} else if r == nil { // removed meanwhile
-						c.releaseLease(name)
-					}
-				}
-			}
-		}
-		if r != nil && !time.Now().Before(deadline) {
-			stop("model lease not renewed in time")
-		}
-		wait := leasePoll
-		if r != nil {
-			wait = min(time.Until(start.Add(renew)), time.Until(deadline))
-		}
-		t := time.NewTimer(max(wait, 0))
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if r == nil {
-		return
-	}
-	if l.removed.Load() {
-		stop("model removed")
-	} else {
-		stop("controller stopping")
-	}
-	if !c.crashed.Load() {
-		c.releaseLease(name) // the next controller takes over at once
-	}
-}
-
-func (c *controller) releaseLease(name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.leases.ReleaseLease(ctx, name, c.id); err != nil {
-		c.log.Warn("release lease", "lease", name, "err", err)
-	}
+	lr.run(ctx)
 }
 
 // startModel opens the model's provider, as the store has it now, and
 // starts its provisioner; nil without an error when the model is gone.
-func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRunner, error) {
+func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRunner, error) {
 	m, err := c.store.Model(ctx, modelUUID)
 	if muster.ErrorCode(err) == muster.ENotFound {
 		return nil, nil
@@ -667,18 +599,19 @@ func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		return nil, err
 	}
 	log := c.log.With("model", m.Name)
-	kind, ok := providers[m.Provider]
+	kind, ok := c.cfg.Providers[m.Provider]
 	if !ok {
 		return nil, fmt.Errorf("unknown provider %q", m.Provider)
 	}
-	p, err := kind.open(ctx, providerEnv{controllerUUID: c.uuid, model: m, dataDir: c.cfg.DataDir, logger: log, clock: c.cfg.Clock,
-		store: c.store, apiURL: c.url, caCert: c.ca.CertPEM, agentBinary: c.cfg.AgentBinary, listenAgents: c.listenAgents})
+	p, err := kind.Open(ctx, ProviderEnv{ControllerUUID: c.uuid, Model: m, DataDir: c.cfg.DataDir, Logger: log, Clock: c.cfg.Clock,
+		Store: c.store, APIURL: c.url, CACert: c.ca.CertPEM, AgentBinary: c.cfg.AgentBinary, ListenAgents: c.listenAgents,
+		SimAgentBootDelay: c.cfg.SimAgentBootDelay})
 	if err != nil {
 		return nil, err
 	}
 	apiAddresses := []string{c.url}
-	if p.apiAddresses != nil { // e.g. docker zone gateways (agentlisten.go)
-		apiAddresses = p.apiAddresses
+	if p.APIAddresses != nil { // e.g. docker zone gateways (agentlisten.go)
+		apiAddresses = p.APIAddresses
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	r := &modelRunner{model: m, provider: p, cancel: cancel}
@@ -706,7 +639,7 @@ func (c *controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 
 // stopModel stops a running provisioner and closes its provider; cleanup
 // also removes what the provider made for a removed model.
-func (c *controller) stopModel(r *modelRunner, cleanup bool) {
+func (c *Controller) stopModel(r *modelRunner, cleanup bool) {
 	c.mu.Lock()
 	if c.models[r.model.UUID] == r {
 		delete(c.models, r.model.UUID)
@@ -715,29 +648,30 @@ func (c *controller) stopModel(r *modelRunner, cleanup bool) {
 	r.cancel()
 	r.sup.Wait()
 	c.metrics.forget(r.model.Name)
-	if cleanup && r.provider.cleanup != nil { // removed model: remove its networks
-		if err := r.provider.cleanup(c.ctx); err != nil {
+	if cleanup && r.provider.Cleanup != nil { // removed model: remove its networks
+		if err := r.provider.Cleanup(c.ctx); err != nil {
 			c.log.Warn("clean up removed model", "model", r.model.Name, "err", err)
 		}
 	}
-	if err := r.provider.close(); err != nil {
+	if err := r.provider.Close(); err != nil {
 		c.log.Warn("close provider", "model", r.model.Name, "err", err)
 	}
 }
 
 // runner returns the model with the given uuid if its provisioner runs on
 // this controller.
-func (c *controller) runner(modelUUID string) *modelRunner {
+func (c *Controller) runner(modelUUID string) *modelRunner {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.models[modelUUID]
 }
 
-// crash stops the controller as a kill -9 would leave the store: its
-// model leases and registration stay until they expire (tests).
-func (c *controller) crash() {
+// Crash stops the controller as a kill -9 would leave the store: its
+// model leases and registration stay until they expire (for tests of
+// failover).
+func (c *Controller) Crash() {
 	c.crashed.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	if err := c.Close(ctx); err != nil {
 		c.log.Warn("crash", "err", err)
@@ -745,8 +679,14 @@ func (c *controller) crash() {
 }
 
 // Close stops the API and every provisioner, within ctx's deadline, and
-// releases the controller's leases and registration.
-func (c *controller) Close(ctx context.Context) error {
+// releases the controller's leases and registration. Calls after the
+// first return the first's error.
+func (c *Controller) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })
+	return c.closeErr
+}
+
+func (c *Controller) close(ctx context.Context) error {
 	var err error
 	c.stopSimAgents() // first: their connections would hold up Shutdown (simagents.go)
 	if c.server != nil {
@@ -789,7 +729,7 @@ func (c *controller) Close(ctx context.Context) error {
 	return err
 }
 
-func (c *controller) closeResources() {
+func (c *Controller) closeResources() {
 	if c.listener != nil {
 		c.listener.Close()
 	}
@@ -798,70 +738,32 @@ func (c *controller) closeResources() {
 	}
 }
 
-// newAPI builds the API server with the controller's hooks and metrics.
-func (c *controller) newAPI(adminTokenHash string) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(api.NewMachineCollector(c.store, c.log))
-	c.metrics = newMetrics(reg)
-	srv, err := api.NewServer(api.Config{
-		Store:          c.store,
-		ControllerUUID: c.uuid,
-		AdminTokenHash: adminTokenHash,
-		Logger:         c.log,
-		Clock:          c.cfg.Clock,
-		Zones:          c.zones,
-		ProvisionerStatus: func(modelUUID string) string {
-			// A model provisioned by another controller reports "":
-			// its errors are known there only.
-			r := c.runner(modelUUID)
-			if r == nil {
-				return ""
-			}
-			return r.sup.Status().LastError
-		},
-		SimHandler: func(modelUUID string) http.Handler {
-			if r := c.runner(modelUUID); r != nil && r.provider.simHandler != nil {
-				return r.provider.simHandler
-			}
-			return nil
-		},
-		// Agents heartbeat to the controller that runs their model's
-		// provisioner: only that one sets their machines down.
-		Monitors:      func(modelUUID string) bool { return c.runner(modelUUID) != nil },
-		ValidateModel: c.validateModel,
-		Metrics:       reg,
-		AgentBinary:   c.agentBins.pathOf,
-	})
-	if err != nil {
-		return err
-	}
-	srv.Start()
-	c.api = srv
-	return nil
-}
+// URL is the controller's API URL, https://host:port.
+func (c *Controller) URL() string { return c.url }
 
-// zones lists a model's zones: from its running provider, or, for a model
-// provisioned by another controller, from its sim endpoint. Other
-// providers' zones are known only where they run: none are listed then
-// (zones with machines show, as unavailable).
-func (c *controller) zones(ctx context.Context, modelUUID string) ([]muster.Zone, error) {
-	if r := c.runner(modelUUID); r != nil {
-		return r.provider.Zones(ctx)
-	}
-	m, err := c.store.Model(ctx, modelUUID)
-	if err != nil {
-		return nil, err
-	}
-	if ep := m.Config["endpoint"]; m.Provider == "sim" && ep != "" {
-		c.mu.Lock()
-		sc := c.sims[ep]
-		if sc == nil {
-			sc = sim.NewClient(ep, nil)
-			c.sims[ep] = sc
-		}
-		c.mu.Unlock()
-		return sc.Provider(c.uuid, m.UUID).Zones(ctx)
-	}
-	return nil, nil
-}
+// ClientConfigPath is the data dir's client config, <data-dir>/client.yaml.
+func (c *Controller) ClientConfigPath() string { return c.clientPath }
+
+// ClientConfigWritten is false when a controller that joined a shared
+// store wrote no client config (no ClientConfigFrom).
+func (c *Controller) ClientConfigWritten() bool { return c.clientWritten }
+
+// UUID is the controller uuid, the same for every controller sharing a
+// store.
+func (c *Controller) UUID() string { return c.uuid }
+
+// ID is this controller's own id among those sharing a store: its lease
+// holder and registry name.
+func (c *Controller) ID() string { return c.id }
+
+// CA is the store's CA.
+func (c *Controller) CA() *auth.CA { return c.ca }
+
+// Store is the controller's state store.
+func (c *Controller) Store() muster.Store { return c.store }
+
+// Config is the controller's configuration, defaults filled in.
+func (c *Controller) Config() Config { return c.cfg }
+
+// Runs reports whether the model's provisioner runs on this controller.
+func (c *Controller) Runs(modelUUID string) bool { return c.runner(modelUUID) != nil }

@@ -1,13 +1,16 @@
-package main
+package api_test
 
 import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
 )
 
 func TestParseFleet(t *testing.T) {
-	f, err := parseFleet([]byte(`
+	f, err := api.ParseFleet([]byte(`
 groups:
   - name: web
     count: 3
@@ -23,7 +26,7 @@ groups:
 	if len(f.Groups) != 2 || f.Groups[0].Count != 3 || f.Groups[1].Base != "ubuntu@22.04" {
 		t.Fatalf("got %+v", f.Groups)
 	}
-	tm, err := f.Groups[0].template()
+	tm, err := muster.NewMachineTemplate(f.Groups[0].Constraints, f.Groups[0].Name, f.Groups[0].Base, "", f.Groups[0].Storage)
 	if err != nil || tm.Constraints.Cores != 2 || tm.Storage[0].Size != 10240 || tm.Group != "web" || tm.Base != "ubuntu@24.04" {
 		t.Fatalf("template %+v, %v", tm, err)
 	}
@@ -45,7 +48,7 @@ func TestParseFleetErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseFleet([]byte(tt.in))
+			_, err := api.ParseFleet([]byte(tt.in))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
@@ -57,11 +60,11 @@ func TestParseFleetErrors(t *testing.T) {
 }
 
 func TestExampleFleetParses(t *testing.T) {
-	data, err := os.ReadFile("../../examples/fleet.yaml")
+	data, err := os.ReadFile("../examples/fleet.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := parseFleet(data)
+	f, err := api.ParseFleet(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func FuzzParseFleet(f *testing.F) {
 	f.Add([]byte("groups: [{name: a, count: 1}]"))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fl, err := parseFleet(data)
+		fl, err := api.ParseFleet(data)
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("multi-line error %q", err)
@@ -87,7 +90,7 @@ func FuzzParseFleet(f *testing.F) {
 			return
 		}
 		for _, g := range fl.Groups {
-			if _, err := g.template(); err != nil {
+			if _, err := muster.NewMachineTemplate(g.Constraints, g.Name, g.Base, "", g.Storage); err != nil {
 				t.Fatalf("accepted group %q has a bad template: %v", g.Name, err)
 			}
 		}

@@ -1,4 +1,4 @@
-package main
+package controller
 
 import (
 	"context"
@@ -14,17 +14,17 @@ import (
 // model's config or the store; for an endpoint on a loopback address with
 // no credentials in the chain, the key pair `muster sim serve` accepts by
 // default.
-func openEC2Provider(ctx context.Context, env providerEnv) (*modelProvider, error) {
-	cfg := ec2.Config{Logger: env.logger,
+func openEC2Provider(ctx context.Context, env ProviderEnv) (*ModelProvider, error) {
+	cfg := ec2.Config{Logger: env.Logger,
 		LoopbackCredentials: credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")}
-	if err := ec2.ApplyModelConfig(&cfg, env.model.Config); err != nil {
+	if err := ec2.ApplyModelConfig(&cfg, env.Model.Config); err != nil {
 		return nil, err
 	}
-	p, err := ec2.Open(ctx, cfg, env.controllerUUID, env.model.UUID)
+	p, err := ec2.Open(ctx, cfg, env.ControllerUUID, env.Model.UUID)
 	if err != nil {
-		return nil, fmt.Errorf("open ec2 provider of model %s: %w", env.model.Name, err)
+		return nil, fmt.Errorf("open ec2 provider of model %s: %w", env.Model.Name, err)
 	}
-	return &modelProvider{Provider: p, close: func() error { return nil }}, nil
+	return &ModelProvider{Provider: p, Close: func() error { return nil }}, nil
 }
 
 func validateEC2Config(config map[string]string) error {

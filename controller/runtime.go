@@ -1,0 +1,116 @@
+package controller
+
+import (
+	"context"
+	"net/http"
+	"sort"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// The controller is the API's runtime: what the API knows of the models'
+// provisioners and providers comes from here.
+var _ api.Runtime = (*Controller)(nil)
+
+// newAPI builds the API server over the controller and its metrics.
+func (c *Controller) newAPI(adminTokenHash string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(api.NewMachineCollector(c.store, c.log))
+	c.metrics = newMetrics(reg)
+	srv, err := api.NewServer(api.Config{
+		Store:          c.store,
+		ControllerUUID: c.uuid,
+		AdminTokenHash: adminTokenHash,
+		Logger:         c.log,
+		Clock:          c.cfg.Clock,
+		Runtime:        c,
+		Metrics:        reg,
+	})
+	if err != nil {
+		return err
+	}
+	srv.Start()
+	c.api = srv
+	return nil
+}
+
+// Zones returns the model's zone table. A model whose provisioner runs
+// here answers from the provisioner's own table (Z1, Z2), which it
+// refreshes from the provider through its rate limiter; no provider is
+// called here. A model another controller runs (or whose provisioner has
+// not made its first pass yet) answers from the store: the zones its
+// machines' instances were recorded in, a zone available when an
+// instance of the model runs there.
+func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInfo, error) {
+	if r := c.runner(modelUUID); r != nil {
+		if zs := r.sup.Zones(); len(zs) > 0 {
+			out := make([]api.ZoneInfo, len(zs))
+			for i, z := range zs {
+				out[i] = api.ZoneInfo{Name: z.Name, Available: z.Available, Machines: z.Machines}
+			}
+			return out, nil
+		}
+	}
+	ms, err := c.store.Machines(ctx, modelUUID, nil)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*api.ZoneInfo{}
+	for _, m := range ms {
+		if m.Instance == nil {
+			continue
+		}
+		name := m.Instance.Zone
+		if name == "" {
+			name = m.Instance.Hardware.AvailabilityZone
+		}
+		if name == "" {
+			continue
+		}
+		z := byName[name]
+		if z == nil {
+			z = &api.ZoneInfo{Name: name}
+			byName[name] = z
+		}
+		z.Machines++
+		z.Available = z.Available || m.InstanceStatus == muster.InstanceRunning
+	}
+	out := make([]api.ZoneInfo, 0, len(byName))
+	for _, z := range byName {
+		out = append(out, *z)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// ProvisionerError returns the last error of the model's provisioner. A
+// model provisioned by another controller reports "": its errors are
+// known there only.
+func (c *Controller) ProvisionerError(modelUUID string) string {
+	if r := c.runner(modelUUID); r != nil {
+		return r.sup.Status().LastError
+	}
+	return ""
+}
+
+// Monitors reports whether the model's provisioner runs here: agents
+// heartbeat to the controller that runs it, and only that one sets their
+// machines down.
+func (c *Controller) Monitors(modelUUID string) bool { return c.runner(modelUUID) != nil }
+
+// AgentBinary returns the file of the catalogue's binary with that
+// SHA-256.
+func (c *Controller) AgentBinary(sha256 string) (string, error) { return c.agentBins.pathOf(sha256) }
+
+// ProviderHandler returns the admin API of the model's provider when its
+// provisioner runs here and the provider has one (an embedded sim).
+func (c *Controller) ProviderHandler(modelUUID string) http.Handler {
+	if r := c.runner(modelUUID); r != nil && r.provider.Handler != nil {
+		return r.provider.Handler
+	}
+	return nil
+}
