@@ -3,7 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
@@ -145,25 +144,6 @@ func (ac *agentsController) waitMachines(tb testing.TB, model, what string, ids 
 	return st
 }
 
-// writeELF writes a minimal ELF64 header of the given machine (62 =
-// x86-64, 183 = AArch64): enough for the catalogue's arch check.
-func writeELF(tb testing.TB, machine uint16) string {
-	tb.Helper()
-	var b bytes.Buffer
-	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
-	le := binary.LittleEndian
-	for _, v := range []any{uint16(2), machine, uint32(1), uint64(0), uint64(0), uint64(0), uint32(0),
-		uint16(64), uint16(56), uint16(0), uint16(64), uint16(0), uint16(0)} {
-		binary.Write(&b, le, v)
-	}
-	b.WriteString("payload of a fake agent binary")
-	p := filepath.Join(tb.TempDir(), "muster-fake")
-	if err := os.WriteFile(p, b.Bytes(), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	return p
-}
-
 func TestAgentCatalogue(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -193,7 +173,7 @@ func TestAgentCatalogue(t *testing.T) {
 	if muster.ErrorCode(err) != muster.ENotFound || !strings.Contains(err.Error(), "no matching agent binaries available") {
 		t.Fatalf("arm64 before add: got %v, want not-found", err)
 	}
-	arm := writeELF(t, 183)
+	arm := testutil.WriteELF(t, 183)
 	e, err := cat.Add(arm, muster.Version, "linux", "arm64", now)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +208,7 @@ func TestAgentCatalogue(t *testing.T) {
 	for _, tc := range []struct {
 		name, file, version, os, arch, want string
 	}{
-		{"wrong arch", writeELF(t, 62), muster.Version, "linux", "arm64", "is for amd64, not arm64"},
+		{"wrong arch", testutil.WriteELF(t, 62), muster.Version, "linux", "arm64", "is for amd64, not arm64"},
 		{"not elf", notELF, muster.Version, "linux", "amd64", "not a linux executable"},
 		{"unknown arch", arm, muster.Version, "linux", "sparc", `bad arch "sparc"`},
 		{"other os", arm, muster.Version, "windows", "arm64", `bad os "windows"`},
@@ -262,7 +242,7 @@ func TestAgentBinariesAddTakesEffectWithoutRestart(t *testing.T) {
 	if msg := st.Machines[ids[0]].InstanceMessage; !strings.Contains(msg, "no matching agent binaries available for arch arm64") {
 		t.Fatalf("got message %q, want the no-agent-binaries error", msg)
 	}
-	if _, err := NewAgentCatalogue(ac.dir).Add(writeELF(t, 183), muster.Version, "linux", "arm64", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {
+	if _, err := NewAgentCatalogue(ac.dir).Add(testutil.WriteELF(t, 183), muster.Version, "linux", "arm64", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {
 		t.Fatalf("add: %v", err)
 	}
 	if _, err := ac.client.RetryProvisioning(context.Background(), "default", api.RetryProvisioningRequest{IDs: ids}); err != nil {

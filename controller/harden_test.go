@@ -143,7 +143,7 @@ func TestFileModesWithUmaskZero(t *testing.T) {
 		}
 		return n == len(ids)
 	})
-	bin := writeELF(t, 62) // EM_X86_64
+	bin := testutil.WriteELF(t, 62) // EM_X86_64
 	if _, err := c.agentBins.Add(bin, "9.9.9", "linux", "amd64", time.Now()); err != nil {
 		t.Fatal(err)
 	}

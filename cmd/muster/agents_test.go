@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"os"
@@ -20,7 +19,7 @@ import (
 
 func TestAgentBinariesCommands(t *testing.T) {
 	dir := t.TempDir()
-	arm := writeELF(t, 183)
+	arm := testutil.WriteELF(t, 183)
 	code, out, errOut := runCLI(t, "agent-binaries", "add", arm, "--arch", "arm64", "--data-dir", dir)
 	if code != 0 || !strings.HasPrefix(out, "added agent binary "+muster.Version+" linux/arm64 sha256 ") {
 		t.Fatalf("add: exit %d, stdout %q, stderr %q", code, out, errOut)
@@ -151,23 +150,4 @@ func TestAgentCommand(t *testing.T) {
 			}
 		})
 	}
-}
-
-// writeELF writes a minimal ELF64 header of the given machine (62 =
-// x86-64, 183 = AArch64): enough for the catalogue's arch check.
-func writeELF(tb testing.TB, machine uint16) string {
-	tb.Helper()
-	var b bytes.Buffer
-	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
-	le := binary.LittleEndian
-	for _, v := range []any{uint16(2), machine, uint32(1), uint64(0), uint64(0), uint64(0), uint32(0),
-		uint16(64), uint16(56), uint16(0), uint16(64), uint16(0), uint16(0)} {
-		binary.Write(&b, le, v)
-	}
-	b.WriteString("payload of a fake agent binary")
-	p := filepath.Join(tb.TempDir(), "muster-fake")
-	if err := os.WriteFile(p, b.Bytes(), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	return p
 }

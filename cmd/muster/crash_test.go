@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/musterhq/muster/api"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -233,7 +234,7 @@ func testCrashKilledController(t *testing.T, batch bool) {
 	for k := 0; k < kills; k++ {
 		time.Sleep(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
 		if code, out, _ := runCLI(t, "--config", config, "-m", "crash", "status", "--format", "json"); code == 0 {
-			var st statusJSON
+			var st api.StatusScript
 			json.Unmarshal([]byte(out), &st)
 			running := 0
 			for _, m := range st.Machines {
@@ -248,7 +249,7 @@ func testCrashKilledController(t *testing.T, batch bool) {
 	}
 
 	// Convergence: every machine's instance running.
-	var st statusJSON
+	var st api.StatusScript
 	deadline := time.Now().Add(convergeDeadline + time.Duration(machines)*100*time.Millisecond)
 	for {
 		code, out, _ := runCLI(t, "--config", config, "-m", "crash", "status", "--format", "json")

@@ -139,10 +139,10 @@ func (tc *testController) simClient(model string) *sim.Client {
 }
 
 // status returns `muster status --format json` decoded.
-func (tc *testController) status(args ...string) statusJSON {
+func (tc *testController) status(args ...string) api.StatusScript {
 	tc.tb.Helper()
 	out := tc.ok(append([]string{"status", "--format", "json"}, args...)...)
-	var st statusJSON
+	var st api.StatusScript
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		tc.tb.Fatalf("decode status: %v\n%s", err, out)
 	}
@@ -447,7 +447,7 @@ func TestE2EStatusJSONKeys(t *testing.T) {
 			t.Errorf("zone %s: got keys %v, want %v", name, got, want)
 		}
 	}
-	var st statusJSON
+	var st api.StatusScript
 	json.Unmarshal([]byte(out), &st)
 	m0 := st.Machines["0"]
 	if st.Model != "default" || st.Provider != "sim" || st.HarvestMode != "destroyed" || m0.Group != "web" ||
@@ -771,7 +771,7 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status with the demo's config: exit %d, %s", code, se)
 	}
-	var st statusJSON
+	var st api.StatusScript
 	json.Unmarshal([]byte(so), &st)
 	if len(st.Machines) != 12 {
 		t.Errorf("got %d machines in the demo, want 12", len(st.Machines))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/musterhq/muster/api"
 	"sort"
 	"strings"
 	"testing"
@@ -34,9 +35,9 @@ func TestE2EEC2Model(t *testing.T) {
 	ctrl := pt.startController()
 	defer func() { ctrl.stop() }()
 	config, cli := pt.config(), pt.cli
-	status := func() statusJSON {
+	status := func() api.StatusScript {
 		t.Helper()
-		var st statusJSON
+		var st api.StatusScript
 		if err := json.Unmarshal([]byte(cli("-m", "aws", "status", "--format", "json")), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func TestE2EEC2Model(t *testing.T) {
 	}
 	// converged checks C4 through the sim: every machine's recorded
 	// instance is live, and the model has no other instance.
-	converged := func(st statusJSON) {
+	converged := func(st api.StatusScript) {
 		t.Helper()
 		insts := instances(modelUUID())
 		for id, m := range st.Machines {

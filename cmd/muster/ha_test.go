@@ -570,7 +570,7 @@ func TestHAKilledControllerProcess(t *testing.T) {
 	provisionedIDs := func() map[string]bool {
 		t.Helper()
 		code, out, _ := runCLI(t, "--config", config, "status", "--format", "json")
-		var st statusJSON
+		var st api.StatusScript
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 			return nil
 		}

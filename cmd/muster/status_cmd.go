@@ -16,42 +16,13 @@ import (
 	"golang.org/x/term"
 )
 
-// statusJSON is `muster status --format json` exactly as SPEC §5.2 has it:
-// the API's status without its extra "provisioner-error" key (the table
-// shows that), every key always present, lists never null.
-type statusJSON struct {
-	Model       string                       `json:"model"`
-	Provider    string                       `json:"provider"`
-	HarvestMode string                       `json:"harvest-mode"`
-	Machines    map[string]api.MachineStatus `json:"machines"`
-	Zones       map[string]api.ZoneStatus    `json:"zones"`
-}
-
-func toStatusJSON(st api.Status) statusJSON {
-	out := statusJSON{Model: st.Model, Provider: st.Provider, HarvestMode: st.HarvestMode,
-		Machines: st.Machines, Zones: st.Zones}
-	if out.Machines == nil {
-		out.Machines = map[string]api.MachineStatus{}
-	}
-	if out.Zones == nil {
-		out.Zones = map[string]api.ZoneStatus{}
-	}
-	for id, m := range out.Machines {
-		if m.Addresses == nil {
-			m.Addresses = []string{}
-			out.Machines[id] = m
-		}
-	}
-	return out
-}
-
 // writeStatus prints st in format (table, json or yaml).
 func writeStatus(w io.Writer, st api.Status, format string) error {
 	switch format {
 	case "json":
-		return printJSON(w, toStatusJSON(st))
+		return printJSON(w, st.Script())
 	case "yaml":
-		return printYAML(w, toStatusJSON(st))
+		return printYAML(w, st.Script())
 	}
 	return writeStatusTable(w, st)
 }
