@@ -73,7 +73,7 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 	s.running[inst.ID] = a
 	s.wg.Add(1)
 	s.mu.Unlock()
-	log := s.log.With("instance", inst.ID, "machine", cfg.Machine)
+	log := s.log.With("instance", inst.ID)
 	go func() {
 		defer s.wg.Done()
 		defer func() {
@@ -91,7 +91,7 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 			return
 		case <-t.C():
 		}
-		log.Info("simulated agent starting", "controller", cfg.APIAddresses)
+		log.Info("simulated agent starting", "machine", cfg.Machine, "controller", cfg.APIAddresses)
 		err := agent.Run(ctx, cfg, agent.Options{
 			Logger:    log,
 			Clock:     s.clock,
@@ -99,7 +99,7 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 			Addresses: func() []string { return addrs },
 		})
 		if err != nil {
-			log.Info("simulated agent stopped", "err", err)
+			log.Info("simulated agent stopped", "machine", cfg.Machine, "err", err)
 		}
 	}()
 }
