@@ -441,8 +441,10 @@ func TestBatch(t *testing.T) {
 		if in.MachineID != ps[i].MachineID || in.LaunchToken != ps[i].LaunchToken || in.Tags[muster.TagMachine] != ps[i].MachineID {
 			t.Errorf("outcome %d: machine %q token %q, want %q %q", i, in.MachineID, in.LaunchToken, ps[i].MachineID, ps[i].LaunchToken)
 		}
-		if _, ok := si.Tags[muster.TagMachine]; ok || si.Tags[TagBatch] == "" {
-			t.Errorf("batch instance tags %v: want %s and no machine tag", si.Tags, TagBatch)
+		// Tagged after the launch with its own machine, token and Name.
+		if si.Tags[muster.TagMachine] != ps[i].MachineID || si.Tags[muster.TagLaunchToken] != ps[i].LaunchToken ||
+			si.Tags[TagName] != p.machineName(ps[i].MachineID) || si.Tags[TagBatch] == "" {
+			t.Errorf("batch instance %d tags %v: want %s, and machine %s's tags", i, si.Tags, TagBatch, ps[i].MachineID)
 		}
 		ids = append(ids, in.ID)
 	}
@@ -487,8 +489,11 @@ func TestBatch(t *testing.T) {
 			}
 		}
 	}
-	if n := fresh.callCounts()["DescribeInstanceAttribute"]; n != 2 {
-		t.Errorf("DescribeInstanceAttribute calls %d over two listings, want 2 (one per reservation, cached)", n)
+	if n := fresh.callCounts()["DescribeInstanceAttribute"]; n != 0 {
+		t.Errorf("DescribeInstanceAttribute calls %d over two listings of tagged batches, want 0", n)
+	}
+	if n := p.callCounts()["CreateTags"]; n != 8 {
+		t.Errorf("CreateTags calls %d for 8 batch instances, want 8 (a repeated batch's instances are tagged already)", n)
 	}
 	if n := p.callCounts()["DescribeInstanceAttribute"]; n != 0 {
 		t.Errorf("the provider that started the batches read their user data %d times, want 0", n)

@@ -196,7 +196,8 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		}
 	}
 	tags[muster.TagController], tags[muster.TagModel], tags[TagBatch] = p.controller, p.model, token
-	if _, ok := tags[TagName]; !ok {
+	_, ownName := tags[TagName] // the machines' own Name tag, kept
+	if !ownName {
 		tags[TagName] = truncate("muster-"+short(p.model, 8)+"-machines "+strings.Join(machines, " "), 255)
 	}
 	out, err := p.client.RunInstances(ctx, p.runInput(first, len(idx), token, ud, tags))
@@ -221,6 +222,7 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 	}
 	p.mu.Unlock()
 	launched := 0
+	var named []namedInstance
 	for k, i := range idx {
 		inst, ok := byIndex[k]
 		if !ok {
@@ -229,6 +231,12 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		launched++
 		t := maps.Clone(tags)
 		t[muster.TagMachine], t[muster.TagLaunchToken] = ls[k].Machine, ls[k].LaunchToken
+		if !ownName {
+			t[TagName] = p.machineName(ls[k].Machine)
+		}
+		if p.instance(inst).Tags[muster.TagMachine] != ls[k].Machine { // not tagged by an earlier call of the token
+			named = append(named, namedInstance{id: aws.ToString(inst.InstanceId), launch: ls[k], name: t[TagName]})
+		}
 		res, err := p.started(plans[i], inst, t)
 		if err != nil {
 			outs[i].Err = fmt.Errorf("start instance for machine %s: %w", plans[i].sp.MachineID, err)
@@ -244,6 +252,46 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		}
 	}
 	p.log.Info("batch started", "reservation", rid, "zone", first.zone, "launched", launched, "wanted", len(idx))
+	p.tagMachines(ctx, named)
+}
+
+// namedInstance is a batch instance with the machine it was launched for.
+type namedInstance struct {
+	id     string
+	launch launch
+	name   string // its Name tag; "" to leave Name as it is
+}
+
+// machineName is the Name tag of a machine's instance.
+func (p *Provider) machineName(machine string) string {
+	return truncate("muster-"+short(p.model, 8)+"-machine-"+machine, 255)
+}
+
+// tagMachines tags each batch instance of ns with its machine, launch
+// token and Name, one CreateTags an instance (CreateTags gives all its
+// resources the same tags). A failure is logged only: until the tags are
+// there, Instances reads the machine from the user data and tags again.
+func (p *Provider) tagMachines(ctx context.Context, ns []namedInstance) {
+	for _, n := range ns {
+		if n.id == "" || n.launch.Machine == "" {
+			continue
+		}
+		tags := []types.Tag{
+			{Key: aws.String(muster.TagMachine), Value: aws.String(n.launch.Machine)},
+			{Key: aws.String(muster.TagLaunchToken), Value: aws.String(n.launch.LaunchToken)},
+		}
+		if n.name != "" {
+			tags = append(tags, types.Tag{Key: aws.String(TagName), Value: aws.String(n.name)})
+		}
+		_, err := p.client.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{n.id}, Tags: tags})
+		if err != nil {
+			p.log.Warn("batch instance not tagged with its machine; the next listing tries again",
+				"instance", n.id, "machine", n.launch.Machine, "err", classify(err, "CreateTags", ""))
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
 }
 
 // startOne starts one instance.
@@ -268,7 +316,7 @@ func (p *Provider) startOne(ctx context.Context, pl plan) (muster.StartResult, e
 		tags[muster.TagLaunchToken] = sp.LaunchToken
 	}
 	if _, ok := tags[TagName]; !ok {
-		tags[TagName] = truncate("muster-"+short(p.model, 8)+"-machine-"+sp.MachineID, 255)
+		tags[TagName] = p.machineName(sp.MachineID)
 	}
 	out, err := p.client.RunInstances(ctx, p.runInput(pl, 1, clientToken(sp.LaunchToken), ud, tags))
 	if err != nil {
