@@ -200,7 +200,7 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 	if !ownName {
 		tags[TagName] = truncate("muster-"+short(p.model, 8)+"-machines "+strings.Join(machines, " "), 255)
 	}
-	out, err := p.client.RunInstances(ctx, p.runInput(first, len(idx), token, ud, tags))
+	out, err := p.runInstances(ctx, p.runInput(first, len(idx), token, ud, tags))
 	if err != nil {
 		fail(p.runError(err, first.zone))
 		return
@@ -318,7 +318,7 @@ func (p *Provider) startOne(ctx context.Context, pl plan) (muster.StartResult, e
 	if _, ok := tags[TagName]; !ok {
 		tags[TagName] = p.machineName(sp.MachineID)
 	}
-	out, err := p.client.RunInstances(ctx, p.runInput(pl, 1, clientToken(sp.LaunchToken), ud, tags))
+	out, err := p.runInstances(ctx, p.runInput(pl, 1, clientToken(sp.LaunchToken), ud, tags))
 	if err != nil {
 		return muster.StartResult{}, p.runError(err, pl.zone)
 	}
@@ -334,6 +334,47 @@ func (p *Provider) startOne(ctx context.Context, pl plan) (muster.StartResult, e
 	}
 	p.log.Info("instance started", "machine", sp.MachineID, "instance", res.Instance.ID, "zone", res.Instance.Zone)
 	return res, nil
+}
+
+// runInstances calls RunInstances. A start repeated after a crash sends
+// the identical request (same launch token, so same ClientToken, password
+// and nonce), but when the controller's address or agent binary changed
+// in between, its user data differs and EC2 answers
+// IdempotentParameterMismatch. The instances the token's first call
+// launched are then the reply, once listed (by the client-token filter):
+// they carry the machines' launch tokens, as adoption from a listing
+// would take them.
+func (p *Provider) runInstances(ctx context.Context, in *ec2.RunInstancesInput) (*ec2.RunInstancesOutput, error) {
+	out, err := p.client.RunInstances(ctx, in)
+	token := aws.ToString(in.ClientToken)
+	if apiCode(err) != codeTokenMismatch || token == "" {
+		return out, err
+	}
+	var found *ec2.RunInstancesOutput
+	ferr := p.describeOwn(ctx, append(p.ownFilters(), types.Filter{Name: aws.String("client-token"), Values: []string{token}}),
+		func(r types.Reservation) {
+			if found == nil {
+				found = &ec2.RunInstancesOutput{ReservationId: r.ReservationId}
+			}
+			for _, inst := range r.Instances {
+				if aws.ToString(inst.ClientToken) == token && aws.ToString(r.ReservationId) == aws.ToString(found.ReservationId) {
+					found.Instances = append(found.Instances, inst)
+				}
+			}
+		})
+	if ferr != nil || found == nil || len(found.Instances) == 0 {
+		return nil, err
+	}
+	for _, inst := range found.Instances {
+		// Only the user data may differ: not the zone, type or image.
+		if aws.ToString(inst.SubnetId) != aws.ToString(in.SubnetId) || inst.InstanceType != in.InstanceType ||
+			aws.ToString(inst.ImageId) != aws.ToString(in.ImageId) {
+			return nil, err
+		}
+	}
+	p.log.Warn("RunInstances repeated with other user data; the client token's instances are taken as they are",
+		"client-token", token, "reservation", aws.ToString(found.ReservationId))
+	return found, nil
 }
 
 // runError classifies a RunInstances error; an unknown subnet makes the

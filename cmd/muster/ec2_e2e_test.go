@@ -12,6 +12,13 @@ import (
 	"github.com/musterhq/muster/sim"
 )
 
+// startControllerOn starts the controller listening on listen and returns
+// it and its URL.
+func (pt *procTest) startControllerOn(listen string) (*proc, string) {
+	return startProc(pt.t, pt.env, pt.logPath, "controller listening on ", pt.bin,
+		"controller", "--data-dir", pt.dataDir, "--listen", listen, "--log-format", "json")
+}
+
 // TestE2EEC2Model runs a real controller process with an ec2 model whose
 // endpoint is the EC2 API of a separate `muster sim serve` and no AWS
 // credentials anywhere (for a loopback endpoint the controller signs with
@@ -31,7 +38,7 @@ func TestE2EEC2Model(t *testing.T) {
 	defer simProc.stop()
 	cloud := sim.NewClient(simURL, nil)
 	ctx := context.Background()
-	ctrl := pt.startController()
+	ctrl, ctrlURL := pt.startControllerOn("127.0.0.1:0")
 	defer func() { ctrl.stop() }()
 	config, cli := pt.config(), pt.cli
 	status := func() statusJSON {
@@ -169,7 +176,11 @@ func TestE2EEC2Model(t *testing.T) {
 	})
 	ctrl.kill()
 	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "0")
-	ctrl = pt.startController()
+	// Restarted where it listened, as a real controller is: the repeated
+	// launch is then the identical request (same addresses and agent
+	// binary URL in the user data, same password and nonce), which EC2
+	// (and the sim) require of a reused ClientToken.
+	ctrl, _ = pt.startControllerOn(strings.TrimPrefix(ctrlURL, "https://"))
 	testutil.Eventually(t, "five machines running after the restart", running(5))
 	m := status().Machines[launched.Tags[muster.TagMachine]]
 	if m.InstanceID != launched.ID {
