@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -127,5 +128,64 @@ func TestAgentsFollowInstances(t *testing.T) {
 	ag.close()
 	if n := ag.count(); n != 0 {
 		t.Errorf("%d agents run after close", n)
+	}
+}
+
+// A sim reopened from its state file boots the agents of its running
+// instances again, and not those of stopped ones.
+func TestAgentsAfterSimRestart(t *testing.T) {
+	fc := &fakeController{logins: map[string]api.LoginRequest{}}
+	srv := httptest.NewTLSServer(fc)
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	state := filepath.Join(t.TempDir(), "sim.json")
+	typ, err := sim.MatchType(muster.Constraints{}, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := sim.Open(sim.Config{StateFile: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 2 {
+		cfg := muster.AgentConfig{Controller: "c", Model: "m", Machine: strconv.Itoa(i), Nonce: "machine-0:" + muster.NewUUID(),
+			Password: muster.NewSecret(), APIAddresses: []string{srv.URL}, CACert: ca}
+		b, _ := json.Marshal(cfg)
+		a, err := cloudinit.AgentFor(muster.StartParams{MachineID: cfg.Machine, UserData: b, AgentBinaries: []muster.AgentBinary{
+			{OS: "linux", Arch: "amd64", URL: "https://h/bin", SHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}}, "amd64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ud, err := cloudinit.Single(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cloud.Launch(sim.LaunchRequest{Type: typ, Base: muster.DefaultBase, Min: 1, Max: 1, UserData: ud})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Instances[0].ID)
+	}
+	if _, _, err := cloud.Power(ids[1:], false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cloud.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ag := newAgents(slog.New(slog.DiscardHandler), nil, 0)
+	defer ag.close()
+	reopened, err := sim.Open(sim.Config{StateFile: state, OnStart: ag.onStart, OnStop: ag.onStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reopened.Close()
+	testutil.Eventually(t, "the running instance's agent logged in", func() bool { _, ok := fc.login("0"); return ok })
+	if n := ag.count(); n != 1 {
+		t.Errorf("%d agents after the restart, want 1 (the stopped instance has none)", n)
+	}
+	if _, ok := fc.login("1"); ok {
+		t.Errorf("the stopped instance's agent logged in")
 	}
 }
