@@ -196,7 +196,7 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		}
 	}
 	tags[muster.TagController], tags[muster.TagModel], tags[TagBatch] = p.controller, p.model, token
-	_, ownName := tags[TagName] // the machines' own Name tag, kept
+	_, ownName := tags[TagName] // the machines' common Name tag, kept
 	if !ownName {
 		tags[TagName] = truncate("muster-"+short(p.model, 8)+"-machines "+strings.Join(machines, " "), 255)
 	}
@@ -232,7 +232,7 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		t := maps.Clone(tags)
 		t[muster.TagMachine], t[muster.TagLaunchToken] = ls[k].Machine, ls[k].LaunchToken
 		if !ownName {
-			t[TagName] = p.machineName(ls[k].Machine)
+			t[TagName] = firstOf(plans[i].sp.Tags[TagName], p.machineName(ls[k].Machine))
 		}
 		if p.instance(inst).Tags[muster.TagMachine] != ls[k].Machine { // not tagged by an earlier call of the token
 			named = append(named, namedInstance{id: aws.ToString(inst.InstanceId), launch: ls[k], name: t[TagName]})
