@@ -344,3 +344,46 @@ func ShellQuote(s string) string {
 func zoneIndependent(format string, args ...any) error {
 	return muster.NewProviderError(muster.ErrZoneIndependent, "", format, args...)
 }
+
+// AgentConfigOf reads the agent config that the instance with launchIndex
+// ends up with when it boots data, as the bootstrap script makes it: the
+// config of a single start, or the common part of a batch with the
+// launch index's own members (which win). ok is false when data is no
+// #cloud-config of this package or carries no agent.
+func AgentConfigOf(data []byte, launchIndex int) (cfg muster.AgentConfig, ok bool, err error) {
+	if !bytes.HasPrefix(data, []byte("#cloud-config\n")) {
+		return muster.AgentConfig{}, false, nil
+	}
+	cc, err := Parse(data)
+	if err != nil {
+		return muster.AgentConfig{}, false, err
+	}
+	if f, single := cc.File(AgentConfigPath); single {
+		cfg, err := muster.ParseAgentConfig([]byte(f.Content))
+		return cfg, err == nil, err
+	}
+	common, batch := cc.File(CommonPath)
+	if !batch {
+		return muster.AgentConfig{}, false, nil
+	}
+	own, found := cc.File(indexPath(launchIndex))
+	if !found {
+		return muster.AgentConfig{}, false, fmt.Errorf("no agent config for launch index %d", launchIndex)
+	}
+	members := map[string]json.RawMessage{}
+	for _, f := range []File{common, own} {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(f.Content), &m); err != nil {
+			return muster.AgentConfig{}, false, fmt.Errorf("parse user data: %s: %w", f.Path, err)
+		}
+		for k, v := range m {
+			members[k] = v
+		}
+	}
+	b, err := json.Marshal(members)
+	if err != nil {
+		return muster.AgentConfig{}, false, err
+	}
+	cfg, err = muster.ParseAgentConfig(b)
+	return cfg, err == nil, err
+}

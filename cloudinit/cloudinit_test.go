@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -282,8 +283,59 @@ func TestBootstrapBatchKeepsOwnConfig(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, AgentsDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("other machines' configs left: %v", err)
 	}
+	// What the script made is what AgentConfigOf reads.
+	if cfg, ok, err := AgentConfigOf(ud, 2); !ok || err != nil || !reflect.DeepEqual(cfg, got) {
+		t.Errorf("AgentConfigOf(ud, 2) = %+v, %v, %v; the boot script made %+v", cfg, ok, err, got)
+	}
 	ud, _ = Batch(ls, as, "i=7")
 	if _, err, out := boot(t, ud); err == nil || !strings.Contains(out, "no agent config for launch index 7") {
 		t.Errorf("unknown index: got %v %q", err, out)
+	}
+}
+
+// AgentConfigOf reads the config the boot script makes: a single start's,
+// and a batch's common part with each launch index's own members.
+func TestAgentConfigOf(t *testing.T) {
+	ca := testCA(t)
+	one := params(t, ca, "9", "https://h/a", zeroSHA)
+	ud, err := Single(agent(t, one))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := muster.ParseAgentConfig(one.UserData)
+	if got, ok, err := AgentConfigOf(ud, 0); !ok || err != nil || got.Password != want.Password || got.Nonce != want.Nonce || got.Machine != "9" {
+		t.Errorf("single: got %+v, %v, %v; want machine 9's config", got, ok, err)
+	}
+	var ls []Launch
+	var as []*Agent
+	for i := range 3 {
+		sp := params(t, ca, strconv.Itoa(30+i), "https://h/a", zeroSHA)
+		ls = append(ls, Launch{Machine: sp.MachineID, LaunchToken: sp.LaunchToken})
+		as = append(as, agent(t, sp))
+	}
+	ud, err = Batch(ls, as, "i=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range as {
+		got, ok, err := AgentConfigOf(ud, i)
+		if !ok || err != nil || !reflect.DeepEqual(got, a.Config) {
+			t.Errorf("batch index %d: got %+v, %v, %v; want %+v", i, got, ok, err, a.Config)
+		}
+	}
+	if _, ok, err := AgentConfigOf(ud, 3); ok || err == nil || !strings.Contains(err.Error(), "launch index 3") {
+		t.Errorf("batch index 3 of 3: got %v, %v; want an error", ok, err)
+	}
+	noAgents, err := Batch(ls, nil, "i=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{noAgents, nil, one.UserData, []byte("#!/bin/sh\necho hi\n")} {
+		if _, ok, err := AgentConfigOf(data, 0); ok || err != nil {
+			t.Errorf("AgentConfigOf(%.30q): got %v, %v; want no agent and no error", data, ok, err)
+		}
+	}
+	if _, ok, err := AgentConfigOf([]byte("#cloud-config\nwrite_files: 3\n"), 0); ok || err == nil {
+		t.Errorf("bad cloud-config: got %v, %v; want an error", ok, err)
 	}
 }

@@ -37,10 +37,14 @@
 //     (muster-batch = the ClientToken) and user data: each machine's id,
 //     launch token and agent config sit in a file per launch index, and the
 //     boot script keeps the one of the instance's ami-launch-index (IMDSv2)
-//     and deletes the others. Instances reads a batch instance's machine and
-//     launch token back from its reservation's user data (one
-//     DescribeInstanceAttribute per reservation, cached), so a controller
-//     that restarts right after RunInstances can still adopt it (C2).
+//     and deletes the others. After the launch each instance is tagged
+//     with its own machine, launch token and Name (one CreateTags an
+//     instance: CreateTags gives all its resources one tag set). Until
+//     those tags are there (a crash or a failed CreateTags came between),
+//     Instances reads a batch instance's machine and launch token back
+//     from its reservation's user data (one DescribeInstanceAttribute per
+//     reservation, cached) and tags it, so a controller that restarts
+//     right after RunInstances can still adopt it (C2).
 //     MaxBatch is 32, which keeps the user data well under EC2's 16 KiB;
 //     a batch that would not fit is split.
 //   - Instances is DescribeInstances filtered by the controller and model
@@ -64,7 +68,7 @@
 // IAM permissions the provider needs:
 //
 //	ec2:RunInstances
-//	ec2:CreateTags (for the TagSpecifications of RunInstances)
+//	ec2:CreateTags (for the TagSpecifications of RunInstances, and a batch's per-instance tags)
 //	ec2:DescribeInstances
 //	ec2:DescribeInstanceAttribute
 //	ec2:TerminateInstances

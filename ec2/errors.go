@@ -18,6 +18,7 @@ const (
 	codeInstanceNotFound  = "InvalidInstanceID.NotFound"
 	codeInstanceMalformed = "InvalidInstanceID.Malformed"
 	codeSubnetNotFound    = "InvalidSubnetID.NotFound"
+	codeTokenMismatch     = "IdempotentParameterMismatch"
 )
 
 // throttleCodes are EC2's (and the SDK's) request rate limit codes.

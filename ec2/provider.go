@@ -403,9 +403,10 @@ func (p *Provider) checkZone(ctx context.Context, zone string) error {
 
 // Instances lists this model's live instances (pending, running, stopping,
 // stopped) by their controller and model tags, following NextToken. An
-// instance of a batch has no machine or launch token tag: they are read
+// instance of a batch without a machine or launch token tag has them read
 // from its reservation's user data (once per reservation, then cached) at
-// its launch index, and added to its Tags.
+// its launch index, added to its Tags, and tagged (the batch's tagging
+// after its launch did not happen or failed).
 func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("ec2 DescribeInstances: %w", err)
@@ -445,6 +446,7 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	var untagged []namedInstance
 	for rid, ps := range unknown {
 		for _, x := range ps {
 			l, ok := resolved[rid][x.index]
@@ -454,8 +456,16 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 			in := &out[x.pos]
 			in.MachineID, in.LaunchToken = l.Machine, l.LaunchToken
 			in.Tags[muster.TagMachine], in.Tags[muster.TagLaunchToken] = l.Machine, l.LaunchToken
+			n := namedInstance{id: in.ID, launch: l}
+			if strings.HasPrefix(in.Tags[TagName], "muster-"+short(p.model, 8)+"-machines ") {
+				n.name = p.machineName(l.Machine) // the batch's Name, not one given
+			}
+			untagged = append(untagged, n)
 		}
 	}
+	// A crash (or a failed CreateTags) came between the batch's launch
+	// and its tagging: the tags are completed now.
+	p.tagMachines(ctx, untagged)
 	p.mu.Lock()
 	for rid := range p.batches {
 		if !seenRes[rid] {

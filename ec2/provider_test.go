@@ -235,6 +235,33 @@ func TestClientTokenIdempotency(t *testing.T) {
 	if n := s.cloud.Stats().InstancesStarted; n != 1 {
 		t.Errorf("the sim started %d instances, want 1", n)
 	}
+	// Repeated by a controller whose address changed meanwhile: the user
+	// data differs, EC2 refuses the token, and the provider takes the
+	// instance the token launched, once listed; until then the refusal
+	// stands.
+	withUD := withAgent(t, params(p, "1", "us-east-1a"))
+	moved := withUD
+	moved.UserData = []byte(strings.ReplaceAll(string(withUD.UserData), "https://10.0.0.10:17070", "https://10.0.0.99:17070"))
+	if string(moved.UserData) == string(withUD.UserData) {
+		t.Fatal("the test's address change changed nothing")
+	}
+	s.setFaults(t, func(f *sim.Faults) { f.ListingLag = time.Hour })
+	orig, err := p.StartInstance(ctx, withUD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.provider(t, p.controller, p.model).StartInstance(ctx, moved)
+	if err == nil || !strings.Contains(err.Error(), "IdempotentParameterMismatch") {
+		t.Errorf("repeat with other user data before the instance is listed: got %v, want IdempotentParameterMismatch", err)
+	}
+	s.setFaults(t, func(f *sim.Faults) { f.ListingLag = 0 })
+	again, err := s.provider(t, p.controller, p.model).StartInstance(ctx, moved)
+	if err != nil || again.Instance.ID != orig.Instance.ID || again.Instance.MachineID != "1" {
+		t.Errorf("repeat with other user data: got %+v, %v; want instance %s of machine 1", again.Instance, err, orig.Instance.ID)
+	}
+	if n := s.cloud.Stats().InstancesStarted; n != 2 {
+		t.Errorf("the sim started %d instances, want 2", n)
+	}
 	// The same token in another zone is another launch: EC2 refuses it.
 	sp.Zone = "us-east-1b"
 	_, err = p.StartInstance(ctx, sp)
@@ -441,8 +468,10 @@ func TestBatch(t *testing.T) {
 		if in.MachineID != ps[i].MachineID || in.LaunchToken != ps[i].LaunchToken || in.Tags[muster.TagMachine] != ps[i].MachineID {
 			t.Errorf("outcome %d: machine %q token %q, want %q %q", i, in.MachineID, in.LaunchToken, ps[i].MachineID, ps[i].LaunchToken)
 		}
-		if _, ok := si.Tags[muster.TagMachine]; ok || si.Tags[TagBatch] == "" {
-			t.Errorf("batch instance tags %v: want %s and no machine tag", si.Tags, TagBatch)
+		// Tagged after the launch with its own machine, token and Name.
+		if si.Tags[muster.TagMachine] != ps[i].MachineID || si.Tags[muster.TagLaunchToken] != ps[i].LaunchToken ||
+			si.Tags[TagName] != p.machineName(ps[i].MachineID) || si.Tags[TagBatch] == "" {
+			t.Errorf("batch instance %d tags %v: want %s, and machine %s's tags", i, si.Tags, TagBatch, ps[i].MachineID)
 		}
 		ids = append(ids, in.ID)
 	}
@@ -487,8 +516,11 @@ func TestBatch(t *testing.T) {
 			}
 		}
 	}
-	if n := fresh.callCounts()["DescribeInstanceAttribute"]; n != 2 {
-		t.Errorf("DescribeInstanceAttribute calls %d over two listings, want 2 (one per reservation, cached)", n)
+	if n := fresh.callCounts()["DescribeInstanceAttribute"]; n != 0 {
+		t.Errorf("DescribeInstanceAttribute calls %d over two listings of tagged batches, want 0", n)
+	}
+	if n := p.callCounts()["CreateTags"]; n != 8 {
+		t.Errorf("CreateTags calls %d for 8 batch instances, want 8 (a repeated batch's instances are tagged already)", n)
 	}
 	if n := p.callCounts()["DescribeInstanceAttribute"]; n != 0 {
 		t.Errorf("the provider that started the batches read their user data %d times, want 0", n)

@@ -196,10 +196,11 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		}
 	}
 	tags[muster.TagController], tags[muster.TagModel], tags[TagBatch] = p.controller, p.model, token
-	if _, ok := tags[TagName]; !ok {
+	_, ownName := tags[TagName] // the machines' common Name tag, kept
+	if !ownName {
 		tags[TagName] = truncate("muster-"+short(p.model, 8)+"-machines "+strings.Join(machines, " "), 255)
 	}
-	out, err := p.client.RunInstances(ctx, p.runInput(first, len(idx), token, ud, tags))
+	out, err := p.runInstances(ctx, p.runInput(first, len(idx), token, ud, tags))
 	if err != nil {
 		fail(p.runError(err, first.zone))
 		return
@@ -221,6 +222,7 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 	}
 	p.mu.Unlock()
 	launched := 0
+	var named []namedInstance
 	for k, i := range idx {
 		inst, ok := byIndex[k]
 		if !ok {
@@ -229,6 +231,12 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		launched++
 		t := maps.Clone(tags)
 		t[muster.TagMachine], t[muster.TagLaunchToken] = ls[k].Machine, ls[k].LaunchToken
+		if !ownName {
+			t[TagName] = firstOf(plans[i].sp.Tags[TagName], p.machineName(ls[k].Machine))
+		}
+		if p.instance(inst).Tags[muster.TagMachine] != ls[k].Machine { // not tagged by an earlier call of the token
+			named = append(named, namedInstance{id: aws.ToString(inst.InstanceId), launch: ls[k], name: t[TagName]})
+		}
 		res, err := p.started(plans[i], inst, t)
 		if err != nil {
 			outs[i].Err = fmt.Errorf("start instance for machine %s: %w", plans[i].sp.MachineID, err)
@@ -244,6 +252,46 @@ func (p *Provider) startGroup(ctx context.Context, plans []plan, idx []int, outs
 		}
 	}
 	p.log.Info("batch started", "reservation", rid, "zone", first.zone, "launched", launched, "wanted", len(idx))
+	p.tagMachines(ctx, named)
+}
+
+// namedInstance is a batch instance with the machine it was launched for.
+type namedInstance struct {
+	id     string
+	launch launch
+	name   string // its Name tag; "" to leave Name as it is
+}
+
+// machineName is the Name tag of a machine's instance.
+func (p *Provider) machineName(machine string) string {
+	return truncate("muster-"+short(p.model, 8)+"-machine-"+machine, 255)
+}
+
+// tagMachines tags each batch instance of ns with its machine, launch
+// token and Name, one CreateTags an instance (CreateTags gives all its
+// resources the same tags). A failure is logged only: until the tags are
+// there, Instances reads the machine from the user data and tags again.
+func (p *Provider) tagMachines(ctx context.Context, ns []namedInstance) {
+	for _, n := range ns {
+		if n.id == "" || n.launch.Machine == "" {
+			continue
+		}
+		tags := []types.Tag{
+			{Key: aws.String(muster.TagMachine), Value: aws.String(n.launch.Machine)},
+			{Key: aws.String(muster.TagLaunchToken), Value: aws.String(n.launch.LaunchToken)},
+		}
+		if n.name != "" {
+			tags = append(tags, types.Tag{Key: aws.String(TagName), Value: aws.String(n.name)})
+		}
+		_, err := p.client.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{n.id}, Tags: tags})
+		if err != nil {
+			p.log.Warn("batch instance not tagged with its machine; the next listing tries again",
+				"instance", n.id, "machine", n.launch.Machine, "err", classify(err, "CreateTags", ""))
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
 }
 
 // startOne starts one instance.
@@ -268,9 +316,9 @@ func (p *Provider) startOne(ctx context.Context, pl plan) (muster.StartResult, e
 		tags[muster.TagLaunchToken] = sp.LaunchToken
 	}
 	if _, ok := tags[TagName]; !ok {
-		tags[TagName] = truncate("muster-"+short(p.model, 8)+"-machine-"+sp.MachineID, 255)
+		tags[TagName] = p.machineName(sp.MachineID)
 	}
-	out, err := p.client.RunInstances(ctx, p.runInput(pl, 1, clientToken(sp.LaunchToken), ud, tags))
+	out, err := p.runInstances(ctx, p.runInput(pl, 1, clientToken(sp.LaunchToken), ud, tags))
 	if err != nil {
 		return muster.StartResult{}, p.runError(err, pl.zone)
 	}
@@ -286,6 +334,47 @@ func (p *Provider) startOne(ctx context.Context, pl plan) (muster.StartResult, e
 	}
 	p.log.Info("instance started", "machine", sp.MachineID, "instance", res.Instance.ID, "zone", res.Instance.Zone)
 	return res, nil
+}
+
+// runInstances calls RunInstances. A start repeated after a crash sends
+// the identical request (same launch token, so same ClientToken, password
+// and nonce), but when the controller's address or agent binary changed
+// in between, its user data differs and EC2 answers
+// IdempotentParameterMismatch. The instances the token's first call
+// launched are then the reply, once listed (by the client-token filter):
+// they carry the machines' launch tokens, as adoption from a listing
+// would take them.
+func (p *Provider) runInstances(ctx context.Context, in *ec2.RunInstancesInput) (*ec2.RunInstancesOutput, error) {
+	out, err := p.client.RunInstances(ctx, in)
+	token := aws.ToString(in.ClientToken)
+	if apiCode(err) != codeTokenMismatch || token == "" {
+		return out, err
+	}
+	var found *ec2.RunInstancesOutput
+	ferr := p.describeOwn(ctx, append(p.ownFilters(), types.Filter{Name: aws.String("client-token"), Values: []string{token}}),
+		func(r types.Reservation) {
+			if found == nil {
+				found = &ec2.RunInstancesOutput{ReservationId: r.ReservationId}
+			}
+			for _, inst := range r.Instances {
+				if aws.ToString(inst.ClientToken) == token && aws.ToString(r.ReservationId) == aws.ToString(found.ReservationId) {
+					found.Instances = append(found.Instances, inst)
+				}
+			}
+		})
+	if ferr != nil || found == nil || len(found.Instances) == 0 {
+		return nil, err
+	}
+	for _, inst := range found.Instances {
+		// Only the user data may differ: not the zone, type or image.
+		if aws.ToString(inst.SubnetId) != aws.ToString(in.SubnetId) || inst.InstanceType != in.InstanceType ||
+			aws.ToString(inst.ImageId) != aws.ToString(in.ImageId) {
+			return nil, err
+		}
+	}
+	p.log.Warn("RunInstances repeated with other user data; the client token's instances are taken as they are",
+		"client-token", token, "reservation", aws.ToString(found.ReservationId))
+	return found, nil
 }
 
 // runError classifies a RunInstances error; an unknown subnet makes the

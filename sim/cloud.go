@@ -56,12 +56,14 @@ type Config struct {
 	// at random.
 	Seed uint64
 	// OnStart, when set, is called (outside any lock) after each instance
-	// is started with the parameters it was started with, and at Open for
-	// each instance loaded from the state file, so simulated agents can
+	// is started (or started again after a stop) with the parameters it
+	// was started with, and at Open for each instance loaded from the
+	// state file that is not stopped, so simulated agents can
 	// run. Instances added by AddInstance have no parameters and are not
 	// reported.
 	OnStart func(inst Instance, p muster.StartParams)
-	// OnStop, when set, is called after an instance is stopped.
+	// OnStop, when set, is called after an instance is stopped or
+	// terminated.
 	OnStop func(id string)
 	// Logger receives warnings (e.g. a state file that cannot be written).
 	// Default slog.Default().
@@ -264,7 +266,7 @@ func Open(cfg Config) (*Cloud, error) {
 	if c.onStart != nil {
 		sort.Slice(restored, func(i, j int) bool { return restored[i].ID < restored[j].ID })
 		for _, inst := range restored {
-			if p := c.params[inst.ID]; p != nil {
+			if p := c.params[inst.ID]; p != nil && inst.State != "stopped" && inst.State != "stopping" {
 				c.onStart(cloneInstance(inst), *p)
 			}
 		}

@@ -354,7 +354,8 @@ func (c *Cloud) transition(inst *Instance, state string, now time.Time) {
 // others are left as they are (a terminated one stays terminated), but
 // an instance in the opposite transition fails the call with a
 // *StateError. When any id is unknown it does nothing and returns those
-// ids. It does not count a call; run it inside Do.
+// ids. Config.OnStop is called for the instances it stops, OnStart for
+// those it starts. It does not count a call; run it inside Do.
 func (c *Cloud) Power(ids []string, on bool) (changes []StateChange, unknown []string, err error) {
 	c.mu.Lock()
 	now := c.clock.Now()
@@ -377,6 +378,8 @@ func (c *Cloud) Power(ids []string, on bool) (changes []StateChange, unknown []s
 		return nil, unknown, err
 	}
 	done := map[string]bool{}
+	var booted []*Instance
+	var stopped []string
 	for _, id := range ids {
 		if done[id] {
 			continue
@@ -391,14 +394,21 @@ func (c *Cloud) Power(ids []string, on bool) (changes []StateChange, unknown []s
 		switch {
 		case on && inst.State == "stopped":
 			c.transition(inst, "pending", now)
+			booted = append(booted, inst)
 		case !on && inst.State == "running":
 			c.transition(inst, "stopping", now)
+			stopped = append(stopped, id)
 		}
 		ch.Current = inst.State
 		changes = append(changes, ch)
 	}
-	c.mu.Unlock()
+	c.started(booted) // a started instance boots its agent again
 	c.persist()
+	if c.onStop != nil {
+		for _, id := range stopped {
+			c.onStop(id) // a stopped instance's agent stops
+		}
+	}
 	return changes, nil, nil
 }
 

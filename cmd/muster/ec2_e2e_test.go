@@ -13,6 +13,13 @@ import (
 	"github.com/musterhq/muster/sim"
 )
 
+// startControllerOn starts the controller listening on listen and returns
+// it and its URL.
+func (pt *procTest) startControllerOn(listen string) (*proc, string) {
+	return startProc(pt.t, pt.env, pt.logPath, "controller listening on ", pt.bin,
+		"controller", "--data-dir", pt.dataDir, "--listen", listen, "--log-format", "json")
+}
+
 // TestE2EEC2Model runs a real controller process with an ec2 model whose
 // endpoint is the EC2 API of a separate `muster sim serve` and no AWS
 // credentials anywhere (for a loopback endpoint the controller signs with
@@ -32,7 +39,7 @@ func TestE2EEC2Model(t *testing.T) {
 	defer simProc.stop()
 	cloud := sim.NewClient(simURL, nil)
 	ctx := context.Background()
-	ctrl := pt.startController()
+	ctrl, ctrlURL := pt.startControllerOn("127.0.0.1:0")
 	defer func() { ctrl.stop() }()
 	config, cli := pt.config(), pt.cli
 	status := func() api.StatusScript {
@@ -55,6 +62,20 @@ func TestE2EEC2Model(t *testing.T) {
 			return len(st.Machines) == n && ok == n
 		}
 	}
+	// started: the sim server's simulated agents booted the instances'
+	// user data and logged in.
+	started := func(n int) func() bool {
+		return func() bool {
+			st := status()
+			ok := 0
+			for _, m := range st.Machines {
+				if m.Status == string(muster.StatusStarted) {
+					ok++
+				}
+			}
+			return len(st.Machines) == n && ok == n
+		}
+	}
 	modelUUID := func() string {
 		for _, l := range strings.Split(cli("models"), "\n") {
 			if f := strings.Fields(l); len(f) >= 4 && strings.TrimSuffix(f[0], "*") == "aws" {
@@ -64,9 +85,7 @@ func TestE2EEC2Model(t *testing.T) {
 		t.Fatal("model aws not listed")
 		return ""
 	}
-	// The model's live instances in the sim, by id. (The instances of a
-	// batch start carry no machine tag: the provider reads their machines
-	// from their user data.)
+	// The model's live instances in the sim, by id.
 	instances := func(model string) map[string]sim.Instance {
 		t.Helper()
 		all, err := cloud.Instances(ctx)
@@ -113,6 +132,7 @@ func TestE2EEC2Model(t *testing.T) {
 	}
 	cli("-m", "aws", "add-machine", "-n", "6", "--group", "web", "--constraints", "cores=2")
 	testutil.Eventually(t, "six machines running", running(6))
+	testutil.Eventually(t, "six machines started", started(6))
 	st := status()
 	perZone := map[string]int{}
 	for id, m := range st.Machines {
@@ -121,6 +141,16 @@ func TestE2EEC2Model(t *testing.T) {
 			t.Errorf("machine %s: instance %s is a %q in zone %q, want an s1.medium (cores=2) in %q", id, m.InstanceID, got.InstanceType, got.Zone, m.Zone)
 		}
 	}
+	// Batch or not, each instance is tagged with its own machine.
+	testutil.Eventually(t, "each instance tagged with its machine", func() bool {
+		insts := instances(model)
+		for id, m := range status().Machines {
+			if tags := insts[m.InstanceID].Tags; tags[muster.TagMachine] != id || tags[muster.TagLaunchToken] == "" {
+				return false
+			}
+		}
+		return true
+	})
 	converged(st)
 	// Spread 2/2/2 but for the launches zone a refused, which went to b
 	// and c.
@@ -135,14 +165,15 @@ func TestE2EEC2Model(t *testing.T) {
 		t.Errorf("sim stats: %d failed starts, %d instances started; want at least 1 and exactly 6", stats.Errors[sim.CallStart], stats.InstancesStarted)
 	}
 
-	// Removal terminates.
+	// Removal terminates, without --force: each machine's agent makes it
+	// dead.
 	var ids []string
 	for id := range st.Machines {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	gone := ids[:2]
-	cli(append([]string{"-m", "aws", "remove-machine", "--force"}, gone...)...)
+	cli(append([]string{"-m", "aws", "remove-machine"}, gone...)...)
 	testutil.Eventually(t, "removed machines' instances terminated", func() bool {
 		inst := instances(model)
 		_, ok0 := inst[st.Machines[gone[0]].InstanceID]
@@ -170,7 +201,11 @@ func TestE2EEC2Model(t *testing.T) {
 	})
 	ctrl.kill()
 	cli("sim", "faults", "--endpoint", simURL, "--reply-delay", "0")
-	ctrl = pt.startController()
+	// Restarted where it listened, as a real controller is: the repeated
+	// launch is then the identical request (same addresses and agent
+	// binary URL in the user data, same password and nonce), which EC2
+	// (and the sim) require of a reused ClientToken.
+	ctrl, _ = pt.startControllerOn(strings.TrimPrefix(ctrlURL, "https://"))
 	testutil.Eventually(t, "five machines running after the restart", running(5))
 	m := status().Machines[launched.Tags[muster.TagMachine]]
 	if m.InstanceID != launched.ID {

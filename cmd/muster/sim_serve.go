@@ -19,6 +19,7 @@ func newSimServeCmd() *cobra.Command {
 		seed     uint64
 		delay    time.Duration
 		pending  time.Duration
+		agents   bool
 
 		ec2Key, ec2Secret string
 	)
@@ -32,7 +33,14 @@ NAME:CORES (e.g. a,b:0,c:64). With --state the cloud keeps its state in
 FILE and finds it there again after a restart (then --zones is ignored).
 The first line printed is "sim listening on http://HOST:PORT"; the second
 names the EC2-compatible endpoint (http://HOST:PORT, also at /ec2/) and the key pair
-its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
+its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).
+
+An instance whose user data carries a muster agent config (the cloud-init
+user data of muster's ec2 provider) runs a simulated agent in this process
+once it is running: the real agent code, logging in to the controller named
+in the config and trusting only the CA in it, so that its machine becomes
+started. Stopping or terminating the instance stops its agent.
+--sim-agents=false turns this off.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			zcs, err := simserver.ParseZones(zones)
@@ -53,9 +61,10 @@ its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 			}
 			out := cmd.OutOrStdout()
 			return simserver.Run(cmd.Context(), simserver.Config{
-				Listen: listen,
-				Cloud:  sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay, PendingTime: pending},
-				EC2:    ec2api.Config{AccessKey: ec2Key, SecretKey: ec2Secret},
+				Listen:    listen,
+				SimAgents: agents,
+				Cloud:     sim.Config{Zones: zcs, StateFile: state, MaxBatch: maxBatch, Seed: seed, SaveDelay: delay, PendingTime: pending},
+				EC2:       ec2api.Config{AccessKey: ec2Key, SecretKey: ec2Secret},
 				Ready: func(url, key, secret string) {
 					fmt.Fprintf(out, "sim listening on %s\n", url)
 					fmt.Fprintf(out, "EC2 API at %s (region: any; AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s)\n", url, key, secret)
@@ -70,6 +79,7 @@ its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).`,
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed for latency jitter and injected faults (0: random)")
 	cmd.Flags().DurationVar(&delay, "save-delay", 0, "batch state file writes over this long (0: write every change at once)")
 	cmd.Flags().DurationVar(&pending, "pending-time", 2*time.Second, "how long an instance launched through the EC2 API stays pending before it runs")
+	cmd.Flags().BoolVar(&agents, "sim-agents", true, "run a simulated agent for each instance whose user data carries a muster agent config")
 	cmd.Flags().StringVar(&ec2Key, "ec2-access-key", "", "access key id of the EC2 endpoint (default "+sim.DefaultEC2AccessKey+")")
 	cmd.Flags().StringVar(&ec2Secret, "ec2-secret-key", "", "secret access key of the EC2 endpoint (default: the sim's well-known one)")
 	return cmd

@@ -774,6 +774,9 @@ func TestEC2ClientTokenIdempotency(t *testing.T) {
 		func(in *ec2.RunInstancesInput) { in.MinCount = aws.Int32(1) },
 		func(in *ec2.RunInstancesInput) { in.MaxCount = aws.Int32(3) },
 		func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("b", "alpha")) },
+		func(in *ec2.RunInstancesInput) {
+			in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte("#cloud-config\n# other\n")))
+		},
 	}
 	for i, mod := range mismatch {
 		other := *in

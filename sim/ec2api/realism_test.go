@@ -220,12 +220,15 @@ func TestEC2StrictIdempotency(t *testing.T) {
 	in.ClientToken = aws.String("strict-1")
 	in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte("one")))
 	first := e.run(t, in)
-	in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte("two")))
 	if again := e.run(t, in); aws.ToString(again.ReservationId) != aws.ToString(first.ReservationId) {
-		t.Errorf("repeat with other user data: got reservation %s, want %s", aws.ToString(again.ReservationId), aws.ToString(first.ReservationId))
+		t.Errorf("repeat: got reservation %s, want %s", aws.ToString(again.ReservationId), aws.ToString(first.ReservationId))
 	}
-	in.TagSpecifications = instanceTags("team", "blue")
+	in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte("two")))
 	_, err := e.api.RunInstances(ctx, in, once)
+	wantAPIError(t, "repeat with other user data", err, "IdempotentParameterMismatch", 400)
+	in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte("one")))
+	in.TagSpecifications = instanceTags("team", "blue")
+	_, err = e.api.RunInstances(ctx, in, once)
 	wantAPIError(t, "repeat with other tags", err, "IdempotentParameterMismatch", 400)
 	if n := len(e.c.AllInstances()); n != 1 {
 		t.Errorf("got %d instances, want 1", n)

@@ -178,15 +178,13 @@ func checkRunParams(form url.Values) error {
 	return nil
 }
 
-// fingerprint sums up a request's parameters but its client token and
-// user data, so that a repeat with other parameters is told from a retry.
-// User data is left out because muster's ec2 provider writes new agent
-// credentials into it when it repeats a start after a crash (see the
-// report of issue 16); EC2 itself compares it too.
+// fingerprint sums up a request's parameters but its client token, so
+// that a repeat with other parameters (user data included, as EC2
+// compares it) is told from a retry.
 func fingerprint(form url.Values) string {
 	h := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(form)) {
-		if k == "ClientToken" || k == "Version" || k == "UserData" || k == "DryRun" {
+		if k == "ClientToken" || k == "Version" || k == "DryRun" {
 			continue
 		}
 		for _, v := range form[k] {

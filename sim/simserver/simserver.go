@@ -37,6 +37,11 @@ type Config struct {
 	Cloud sim.Config
 	// EC2 configures the EC2 API (its key pair).
 	EC2 ec2api.Config
+	// SimAgents runs a simulated agent for each instance whose user data
+	// carries a muster agent config (see agents), once the instance has
+	// booted (after Cloud.PendingTime). The config's OnStart and OnStop
+	// hooks are then the agents'.
+	SimAgents bool
 	// Ready, when set, is called once the server listens, with its base
 	// URL and the EC2 API's key pair.
 	Ready func(url, accessKey, secretKey string)
@@ -45,6 +50,12 @@ type Config struct {
 // Run opens the cloud and serves it until ctx is done, then shuts down
 // gracefully and closes the cloud (writing its state file).
 func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.SimAgents {
+		agents := newAgents(logger(cfg.Cloud), cfg.Cloud.Clock, cfg.Cloud.PendingTime)
+		// Stopped last, after the server: nothing starts an agent then.
+		defer agents.close()
+		cfg.Cloud.OnStart, cfg.Cloud.OnStop = agents.onStart, agents.onStop
+	}
 	cloud, err := sim.Open(cfg.Cloud)
 	if err != nil {
 		return err

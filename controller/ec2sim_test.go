@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
+	"github.com/musterhq/muster/sim"
+	"github.com/musterhq/muster/sim/simserver"
+)
+
+// startSimServer runs `muster sim serve` in-process on 127.0.0.1:0 until
+// the end of the test and returns its URL.
+func startSimServer(tb testing.TB, cfg simserver.Config) string {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Ready = func(url, _, _ string) { urls <- url }
+	go func() { done <- simserver.Run(ctx, cfg) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("sim server: %v", err)
+		}
+	})
+	select {
+	case url := <-urls:
+		return url
+	case err := <-done:
+		tb.Fatalf("sim server: %v", err)
+		return ""
+	}
+}
+
+// An ec2 model on an external sim: the sim server's simulated agents boot
+// the instances' user data, so machines become started with the
+// instances' hardware; a stopped instance's machine goes down and comes
+// back when started; removal without --force completes (the agent makes
+// its machine dead, the provisioner terminates the instance).
+func TestEC2OnSimServerMachinesStart(t *testing.T) {
+	ac := openAgentsController(t, Config{})
+	// Started after the controller, so stopped (with its agents) before it.
+	url := startSimServer(t, simserver.Config{SimAgents: true,
+		Cloud: sim.Config{PendingTime: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}})
+	ctx := context.Background()
+	if _, err := ac.client.AddModel(ctx, api.AddModelRequest{Name: "aws", Provider: "ec2",
+		Config: map[string]string{"region": "us-east-1", "endpoint": url}}); err != nil {
+		t.Fatal(err)
+	}
+	ac.setConfig(t, "aws", map[string]string{"agent-heartbeat": "200ms"})
+	ids := ac.addMachines(t, "aws", api.AddMachinesRequest{Count: 4, Constraints: "cores=2"})
+	st := ac.waitMachines(t, "aws", "started", ids, func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
+	for _, id := range ids {
+		if m := st.Machines[id]; !strings.Contains(m.Hardware, "cores=2") || len(m.Addresses) == 0 {
+			t.Errorf("machine %s: hardware %q addresses %v, want the sim instance's", id, m.Hardware, m.Addresses)
+		}
+	}
+
+	client := ec2.New(ec2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")})
+	inst := st.Machines[ids[0]].InstanceID
+	if _, err := client.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{inst}}); err != nil {
+		t.Fatal(err)
+	}
+	ac.waitMachines(t, "aws", "down", ids[:1], func(m api.MachineStatus) bool { return m.Status == string(muster.StatusDown) })
+	if _, err := client.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{inst}}); err != nil {
+		t.Fatal(err)
+	}
+	ac.waitMachines(t, "aws", "started again", ids[:1], func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
+
+	if err := ac.client.RemoveMachines(ctx, "aws", api.RemoveMachinesRequest{IDs: ids[1:3]}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyWithin(t, agentsDeadline, "the removed machines gone", func() bool {
+		ms := ac.status(t, "aws").Machines
+		_, ok1 := ms[ids[1]]
+		_, ok2 := ms[ids[2]]
+		return !ok1 && !ok2 && len(ms) == 2
+	})
+}

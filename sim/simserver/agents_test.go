@@ -1,0 +1,191 @@
+package simserver
+
+import (
+	"encoding/json"
+	"encoding/pem"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/cloudinit"
+	"github.com/musterhq/muster/internal/testutil"
+	"github.com/musterhq/muster/sim"
+)
+
+// fakeController records agent logins and refuses them with 503, so the
+// agents keep trying.
+type fakeController struct {
+	mu     sync.Mutex
+	logins map[string]api.LoginRequest // by machine
+}
+
+func (f *fakeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req api.LoginRequest
+	if r.URL.Path == "/v1/agent/login" && json.NewDecoder(r.Body).Decode(&req) == nil {
+		f.mu.Lock()
+		f.logins[req.Machine] = req
+		f.mu.Unlock()
+	}
+	http.Error(w, `{"code":"unavailable","message":"not yet"}`, http.StatusServiceUnavailable)
+}
+
+func (f *fakeController) login(machine string) (api.LoginRequest, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.logins[machine]
+	return l, ok
+}
+
+// The agents of a batch's instances log in with the credentials at their
+// launch index, to the controller in their config, over TLS verified with
+// the config's CA; stopping or terminating an instance stops its agent,
+// starting it again boots a new one; an instance without an agent config
+// gets none.
+func TestAgentsFollowInstances(t *testing.T) {
+	fc := &fakeController{logins: map[string]api.LoginRequest{}}
+	srv := httptest.NewTLSServer(fc)
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+
+	ag := newAgents(slog.New(slog.DiscardHandler), nil, 0)
+	defer ag.close()
+	cloud, err := sim.Open(sim.Config{OnStart: ag.onStart, OnStop: ag.onStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cloud.Close()
+
+	var ls []cloudinit.Launch
+	var as []*cloudinit.Agent
+	var cfgs []muster.AgentConfig
+	for i := range 3 {
+		cfg := muster.AgentConfig{Controller: "c", Model: "m", Machine: strconv.Itoa(10 + i), Nonce: "machine-0:" + muster.NewUUID(),
+			Password: muster.NewSecret(), APIAddresses: []string{srv.URL}, CACert: ca}
+		ud, _ := json.Marshal(cfg)
+		a, err := cloudinit.AgentFor(muster.StartParams{MachineID: cfg.Machine, UserData: ud, AgentBinaries: []muster.AgentBinary{
+			{OS: "linux", Arch: "amd64", URL: "https://h/bin", SHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}}, "amd64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, cloudinit.Launch{Machine: cfg.Machine, LaunchToken: muster.NewSecret()})
+		as = append(as, a)
+		cfgs = append(cfgs, cfg)
+	}
+	ud, err := cloudinit.Batch(ls, as, "i=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, err := sim.MatchType(muster.Constraints{}, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cloud.Launch(sim.LaunchRequest{Type: typ, Base: muster.DefaultBase, Min: 3, Max: 3, UserData: ud})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cloud.Launch(sim.LaunchRequest{Type: typ, Base: muster.DefaultBase, Min: 1, Max: 1, UserData: []byte("#!/bin/sh\n")}); err != nil {
+		t.Fatal(err)
+	}
+	byMachine := map[string]string{} // machine → instance id
+	for _, inst := range res.Instances {
+		byMachine[ls[inst.EC2.LaunchIndex].Machine] = inst.ID
+	}
+	testutil.Eventually(t, "each agent logged in with its own credentials", func() bool {
+		for _, cfg := range cfgs {
+			l, ok := fc.login(cfg.Machine)
+			if !ok {
+				return false
+			}
+			if l.Password != cfg.Password || l.Nonce != cfg.Nonce || l.Model != "m" {
+				t.Fatalf("machine %s logged in with %+v, want its own credentials", cfg.Machine, l)
+			}
+		}
+		return true
+	})
+	if n := ag.count(); n != 3 {
+		t.Errorf("%d agents run, want 3 (none for the instance without an agent config)", n)
+	}
+
+	stopped := byMachine["10"]
+	if _, _, err := cloud.Power([]string{stopped}, false); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the stopped instance's agent gone", func() bool { return ag.count() == 2 })
+	if _, _, err := cloud.Power([]string{stopped}, true); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the restarted instance's agent back", func() bool { return ag.count() == 3 })
+	if _, unknown := cloud.Terminate([]string{byMachine["11"], byMachine["12"]}); unknown != nil {
+		t.Fatal(unknown)
+	}
+	testutil.Eventually(t, "the terminated instances' agents gone", func() bool { return ag.count() == 1 })
+	ag.close()
+	if n := ag.count(); n != 0 {
+		t.Errorf("%d agents run after close", n)
+	}
+}
+
+// A sim reopened from its state file boots the agents of its running
+// instances again, and not those of stopped ones.
+func TestAgentsAfterSimRestart(t *testing.T) {
+	fc := &fakeController{logins: map[string]api.LoginRequest{}}
+	srv := httptest.NewTLSServer(fc)
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	state := filepath.Join(t.TempDir(), "sim.json")
+	typ, err := sim.MatchType(muster.Constraints{}, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := sim.Open(sim.Config{StateFile: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 2 {
+		cfg := muster.AgentConfig{Controller: "c", Model: "m", Machine: strconv.Itoa(i), Nonce: "machine-0:" + muster.NewUUID(),
+			Password: muster.NewSecret(), APIAddresses: []string{srv.URL}, CACert: ca}
+		b, _ := json.Marshal(cfg)
+		a, err := cloudinit.AgentFor(muster.StartParams{MachineID: cfg.Machine, UserData: b, AgentBinaries: []muster.AgentBinary{
+			{OS: "linux", Arch: "amd64", URL: "https://h/bin", SHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}}, "amd64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ud, err := cloudinit.Single(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cloud.Launch(sim.LaunchRequest{Type: typ, Base: muster.DefaultBase, Min: 1, Max: 1, UserData: ud})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Instances[0].ID)
+	}
+	if _, _, err := cloud.Power(ids[1:], false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cloud.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ag := newAgents(slog.New(slog.DiscardHandler), nil, 0)
+	defer ag.close()
+	reopened, err := sim.Open(sim.Config{StateFile: state, OnStart: ag.onStart, OnStop: ag.onStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reopened.Close()
+	testutil.Eventually(t, "the running instance's agent logged in", func() bool { _, ok := fc.login("0"); return ok })
+	if n := ag.count(); n != 1 {
+		t.Errorf("%d agents after the restart, want 1 (the stopped instance has none)", n)
+	}
+	if _, ok := fc.login("1"); ok {
+		t.Errorf("the stopped instance's agent logged in")
+	}
+}
