@@ -111,7 +111,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
-	if err := s.authFail.check(r); err != nil {
+	if err := s.authFail.admit(r); err != nil {
 		return err
 	}
 	var req LoginRequest
@@ -350,6 +350,7 @@ func (h *heartbeats) addSession(hash string, sess *agentSession) {
 	defer h.mu.Unlock()
 	if old, ok := h.byMachine[k]; ok {
 		h.s.sessions.Delete(old)
+		h.s.authFail.retire(old)
 	}
 	h.byMachine[k] = hash
 	h.s.sessions.Store(hash, sess)
@@ -524,6 +525,7 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		h.mu.Unlock()
 		for _, hash := range revoked {
 			s.sessions.Delete(hash)
+			s.authFail.retire(hash)
 		}
 		if len(us) == 0 {
 			continue

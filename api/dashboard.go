@@ -158,7 +158,7 @@ func securePage(h http.Header) {
 func (s *Server) handleDashboardSignin(w http.ResponseWriter, r *http.Request) {
 	code := r.URL.Query().Get("code")
 	now := s.clock.Now()
-	if err := s.authFail.check(r); err != nil {
+	if err := s.authFail.admit(r); err != nil {
 		s.signinPage(w, http.StatusTooManyRequests, "Too many failed sign-ins from this address; try again later.")
 		return
 	}

@@ -292,15 +292,19 @@ func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 		}
 		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
 	}
-	if err := s.authFail.check(r); err != nil {
+	if err := s.authFail.admit(r); err != nil {
 		return principal{}, err
 	}
 	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
 		return principal{key: "admin", admin: true}, nil
 	}
-	if v, ok := s.sessions.Load(muster.HashSecret(tok)); ok {
+	hash := muster.HashSecret(tok)
+	if v, ok := s.sessions.Load(hash); ok {
 		a := v.(*agentSession)
 		return principal{key: "agent:" + a.modelUUID + "/" + a.machineID, agent: a}, nil
+	}
+	if s.authFail.isRetired(hash) {
+		return principal{}, muster.Errorf(muster.EUnauthorized, "agent session ended: log in again")
 	}
 	s.authFail.fail(r, "invalid token")
 	return principal{}, muster.Errorf(muster.EUnauthorized, "invalid token")
