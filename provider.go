@@ -152,6 +152,10 @@ const (
 	ErrThrottled
 	// ErrUnavailable: a transient failure.
 	ErrUnavailable
+	// ErrQuota: an account or region quota (vCPUs, instances) is used up.
+	// No zone would help and a retry needs the quota raised or other
+	// instances gone, so it is retried with backoff, never in another zone.
+	ErrQuota
 )
 
 func (k ProviderErrorKind) String() string {
@@ -164,13 +168,15 @@ func (k ProviderErrorKind) String() string {
 		return "throttled"
 	case ErrUnavailable:
 		return "unavailable"
+	case ErrQuota:
+		return "quota"
 	}
 	return "unknown"
 }
 
 // Retryable reports whether waiting may cure a failure of this kind (P16).
 func (k ProviderErrorKind) Retryable() bool {
-	return k == ErrCapacity || k == ErrThrottled || k == ErrUnavailable
+	return k == ErrCapacity || k == ErrThrottled || k == ErrUnavailable || k == ErrQuota
 }
 
 // ProviderError is a classified provider failure.

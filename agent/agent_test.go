@@ -11,6 +11,7 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/agent"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
 )
 
 func TestRunReportsStarted(t *testing.T) {
@@ -293,13 +294,7 @@ func TestRunMachineAlreadyDying(t *testing.T) {
 	}
 	// No clock advance: the agent makes the machine dead right after login.
 	r := h.run(t, cfg, h.options(nil))
-	deadline := time.Now().Add(10 * time.Second)
-	for h.machine(t, cfg.Machine).Life != muster.LifeDead {
-		if time.Now().After(deadline) {
-			t.Fatal("machine not made dead")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, "machine made dead", func() bool { return h.machine(t, cfg.Machine).Life == muster.LifeDead })
 	if err := r.stop(t); err != nil {
 		t.Fatalf("got %v from Run, want nil", err)
 	}

@@ -100,6 +100,7 @@ type env struct {
 	cloud  *sim.Cloud
 	model  muster.Model
 	prov   *provisioner.Provisioner
+	juju   *jujuPolicy // instead of prov, for --policy juju
 	cancel context.CancelFunc
 	done   chan error
 	calls  *callTimes
@@ -107,7 +108,8 @@ type env struct {
 
 type envConfig struct {
 	batched bool
-	workers int // 0 = the default setting
+	workers int  // 0 = the default setting
+	juju    bool // Juju's policy instead of muster's engine
 }
 
 func newEnv(ctx context.Context, cfg envConfig) (*env, error) {
@@ -148,11 +150,20 @@ func newEnv(ctx context.Context, cfg envConfig) (*env, error) {
 	if os.Getenv("MUSTER_BENCH_LOG") != "" {
 		discard = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	provider := &timedProvider{Provider: e.cloud.Provider(controllerUUID, e.model.UUID), calls: e.calls}
+	if cfg.juju {
+		e.juju = newJujuPolicy(jujuConfig{ControllerUUID: controllerUUID, ModelUUID: e.model.UUID, Store: e.store, Provider: provider})
+		rctx, cancel := context.WithCancel(ctx)
+		e.cancel, e.done = cancel, make(chan error, 1)
+		go func() { e.done <- e.juju.Run(rctx) }()
+		// Its first event (no machines yet) lists the instances and zones.
+		return e, e.waitFirstPass(func() bool { return e.juju.events.Load() > 0 })
+	}
 	e.prov, err = provisioner.New(provisioner.Config{
 		ControllerUUID: controllerUUID,
 		Model:          e.model,
 		Store:          e.store,
-		Provider:       &timedProvider{Provider: e.cloud.Provider(controllerUUID, e.model.UUID), calls: e.calls},
+		Provider:       provider,
 		AgentBinaries:  binaries{},
 		Logger:         discard,
 		APIAddresses:   []string{"https://127.0.0.1:17070"},
@@ -165,16 +176,22 @@ func newEnv(ctx context.Context, cfg envConfig) (*env, error) {
 	e.cancel, e.done = cancel, make(chan error, 1)
 	go func() { e.done <- e.prov.Run(rctx) }()
 	// The first pass lists the instances and the zones.
-	for len(e.prov.Zones()) < len(zoneNames) {
+	return e, e.waitFirstPass(func() bool { return len(e.prov.Zones()) == len(zoneNames) })
+}
+
+// waitFirstPass waits until done reports the provisioner's first pass
+// over; on failure it closes e.
+func (e *env) waitFirstPass(done func() bool) error {
+	for !done() {
 		select {
 		case err := <-e.done:
 			e.done <- err
 			e.close()
-			return nil, fmt.Errorf("provisioner ended before its first pass: %v", err)
+			return fmt.Errorf("provisioner ended before its first pass: %v", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return e, nil
+	return nil
 }
 
 func (e *env) close() error {
@@ -203,12 +220,14 @@ func (e *env) add(ctx context.Context, n int) ([]muster.Machine, error) {
 	return e.store.AddMachines(ctx, e.model.UUID, ts)
 }
 
-// runningWatch counts the model's machines recorded running, reading only
-// the machines each change names.
+// runningWatch counts the model's machines recorded running (and, for
+// until with failed set, those in provisioning error), reading only the
+// machines each change names.
 type runningWatch struct {
 	e       *env
 	w       muster.Watcher
 	running map[string]bool
+	failed  map[string]bool
 }
 
 func (e *env) watchRunning(ctx context.Context) (*runningWatch, error) {
@@ -220,14 +239,26 @@ func (e *env) watchRunning(ctx context.Context) (*runningWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &runningWatch{e: e, w: w, running: map[string]bool{}}, nil
+	return &runningWatch{e: e, w: w, running: map[string]bool{}, failed: map[string]bool{}}, nil
 }
 
 // until waits until n machines are running, or timeout.
 func (rw *runningWatch) until(ctx context.Context, n int, timeout time.Duration) error {
+	return rw.wait(ctx, n, timeout, false)
+}
+
+// wait waits until n machines are running (or, with settled, running or
+// in provisioning error), or timeout.
+func (rw *runningWatch) wait(ctx context.Context, n int, timeout time.Duration, settled bool) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	for len(rw.running) < n {
+	done := func() int {
+		if settled {
+			return len(rw.running) + len(rw.failed)
+		}
+		return len(rw.running)
+	}
+	for done() < n {
 		select {
 		case cs, ok := <-rw.w.Changes():
 			if !ok {
@@ -249,13 +280,16 @@ func (rw *runningWatch) until(ctx context.Context, n int, timeout time.Duration)
 			for _, m := range ms {
 				if m.HasInstance() && m.InstanceStatus == muster.InstanceRunning {
 					rw.running[m.ID] = true
+					delete(rw.failed, m.ID)
+				} else if m.InstanceStatus == muster.InstanceProvisioningError {
+					rw.failed[m.ID] = true
 				}
 			}
 		case err := <-rw.e.done:
 			rw.e.done <- err
 			return fmt.Errorf("provisioner ended: %v", err)
 		case <-t.C:
-			return fmt.Errorf("%d of %d machines running after %s", len(rw.running), n, timeout)
+			return fmt.Errorf("%d of %d machines running (%d in error) after %s", len(rw.running), n, len(rw.failed), timeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -263,53 +297,113 @@ func (rw *runningWatch) until(ctx context.Context, n int, timeout time.Duration)
 	return nil
 }
 
-// converge runs one convergence scenario on n machines.
-func converge(ctx context.Context, n int, batched bool, timeout time.Duration) (Scenario, error) {
-	e, err := newEnv(ctx, envConfig{batched: batched})
+// PolicyRun is what one policy did with one fleet.
+type PolicyRun struct {
+	Seconds              float64 `json:"seconds"`
+	StartCalls           int64   `json:"start_calls"`
+	StartCallsPerMachine float64 `json:"start_calls_per_machine"`
+	ThrottledCalls       int64   `json:"throttled_calls"`
+	// Listings counts the full instance listings the sim saw, the
+	// provisioner's first pass (before the add) included.
+	Listings int64 `json:"instance_listings"`
+	// Events is the machines-changed events Juju's policy handled, its
+	// initial one included (juju only).
+	Events      int64 `json:"machines_changed_events,omitempty"`
+	Converged   int   `json:"machines_converged"`
+	InError     int   `json:"machines_in_error"`
+	MaxZoneSkew int   `json:"max_zone_skew"`
+	// AddListings counts the listings the sim saw while machines were
+	// then added one at a time to the converged fleet (--policy juju's
+	// --adds), each after the previous one was recorded running.
+	AddListings int64 `json:"listings_during_adds"`
+
+	zones map[string]int
+}
+
+// runPolicy adds n machines of one group at once to a fresh store and
+// cloud run by cfg's provisioner and measures the time until every one is
+// recorded running or (Juju's policy only) in provisioning error. Then it
+// adds adds machines one at a time and counts the listings meanwhile.
+func runPolicy(ctx context.Context, n, adds int, cfg envConfig, timeout time.Duration) (PolicyRun, error) {
+	var r PolicyRun
+	e, err := newEnv(ctx, cfg)
 	if err != nil {
-		return Scenario{}, err
+		return r, err
 	}
 	defer e.close()
 	rw, err := e.watchRunning(ctx)
 	if err != nil {
-		return Scenario{}, err
+		return r, err
 	}
 	defer rw.w.Close()
+	firstPass := e.cloud.Stats().Calls[sim.CallList]
 	e.cloud.ResetStats()
 	start := time.Now()
 	if _, err := e.add(ctx, n); err != nil {
-		return Scenario{}, err
+		return r, err
 	}
 	if os.Getenv("MUSTER_BENCH_TRACE") != "" {
 		tctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go trace(tctx, e, start)
 	}
-	if err := rw.until(ctx, n, timeout); err != nil {
+	if err := rw.wait(ctx, n, timeout, cfg.juju); err != nil {
+		return r, err
+	}
+	r.Seconds = time.Since(start).Seconds()
+	st := e.cloud.Stats()
+	r.StartCalls = st.Calls[sim.CallStart]
+	r.ThrottledCalls = st.Throttled[sim.CallStart]
+	r.StartCallsPerMachine = float64(r.StartCalls) / float64(n)
+	r.Listings = firstPass + st.Calls[sim.CallList]
+	if e.juju != nil {
+		r.Events = e.juju.events.Load()
+	}
+	r.Converged, r.InError = len(rw.running), len(rw.failed)
+	r.zones = st.InstancesByZone
+	lo, hi := math.MaxInt, 0
+	for _, z := range zoneNames {
+		lo, hi = min(lo, r.zones[z]), max(hi, r.zones[z])
+	}
+	r.MaxZoneSkew = hi - lo
+	if st.Instances != r.Converged {
+		return r, fmt.Errorf("%d instances for %d running machines", st.Instances, r.Converged)
+	}
+	for i := range adds {
+		time.Sleep(100 * time.Millisecond) // the request bucket refills
+		if _, err := e.add(ctx, 1); err != nil {
+			return r, err
+		}
+		// A throttled start of Juju's policy waits 10 s before its retry.
+		if err := rw.wait(ctx, n+i+1, time.Minute, cfg.juju); err != nil {
+			return r, fmt.Errorf("single add %d: %w", i+1, err)
+		}
+	}
+	r.AddListings = e.cloud.Stats().Calls[sim.CallList] - st.Calls[sim.CallList]
+	return r, e.close()
+}
+
+// converge runs one convergence scenario of muster's engine on n machines.
+func converge(ctx context.Context, n int, batched bool, timeout time.Duration) (Scenario, error) {
+	r, err := runPolicy(ctx, n, 0, envConfig{batched: batched}, timeout)
+	if err != nil {
 		return Scenario{}, err
 	}
-	var sc Scenario
-	sc.Seconds = time.Since(start).Seconds()
-	st := e.cloud.Stats()
-	sc.startCalls = st.Calls[sim.CallStart]
-	sc.throttled = st.Throttled[sim.CallStart]
-	sc.StartCallsPerMachine = float64(sc.startCalls) / float64(n)
+	sc := Scenario{
+		Seconds:              r.Seconds,
+		StartCallsPerMachine: r.StartCallsPerMachine,
+		startCalls:           r.StartCalls,
+		throttled:            r.ThrottledCalls,
+		zones:                r.zones,
+		skew:                 r.MaxZoneSkew,
+	}
 	if batched {
 		sc.LowerBoundSeconds = batchedLowerBound(n)
 	} else {
 		sc.LowerBoundSeconds = singleLowerBound(n)
 	}
 	sc.Ratio = sc.Seconds / sc.LowerBoundSeconds
-	sc.zones = st.InstancesByZone
-	lo, hi := math.MaxInt, 0
-	for _, z := range zoneNames {
-		lo, hi = min(lo, sc.zones[z]), max(hi, sc.zones[z])
-	}
-	sc.skew = hi - lo
-	if st.Instances != n {
-		return sc, fmt.Errorf("%d instances for %d machines", st.Instances, n)
-	}
-	return sc, e.close()
+	return sc, nil
 }
 
 // runConvergence runs both convergence scenarios on n machines.

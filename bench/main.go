@@ -4,6 +4,7 @@
 // request bucket of 10 burst and 50 a second.
 //
 //	go run ./bench [--machines N] [--json] [--scenario convergence|event-latency]
+//	go run ./bench --policy juju [--machines N] [--adds 20] [--json]
 //
 // The convergence scenario runs N machines of one group twice: "single"
 // (batch-starts off: one instance a call) and "batched" (batch starts of
@@ -14,7 +15,9 @@
 // start calls per machine. The event-latency scenario brings up N machines
 // (default 10,000), then adds one machine at a time and reports how long
 // each took to reach the provider's start call, and how many full
-// instance listings the sim saw meanwhile (E1 wants none).
+// instance listings the sim saw meanwhile (E1 wants none). --policy juju
+// runs the convergence fleet with muster's engine and with a model of
+// Juju's provisioner policy (juju.go) side by side.
 package main
 
 import (
@@ -47,7 +50,8 @@ func run(args []string, out, errOut io.Writer) error {
 	machines := fs.Int("machines", 0, "machines to provision (default 1000; 10000 for event-latency)")
 	asJSON := fs.Bool("json", false, "print one JSON line instead of a table")
 	scenario := fs.String("scenario", "convergence", "convergence or event-latency")
-	adds := fs.Int("adds", 20, "single-machine adds measured by event-latency")
+	adds := fs.Int("adds", 20, "single-machine adds measured by event-latency, or made after convergence by --policy juju")
+	policy := fs.String("policy", "", "juju: run the convergence fleet with muster's engine and with Juju's provisioner policy, side by side")
 	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +61,36 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	switch {
+	case *policy != "" && (*policy != "juju" || *scenario != "convergence"):
+		return fmt.Errorf("bad --policy %q: want juju, with the convergence scenario", *policy)
+	case *policy == "juju":
+		n := *machines
+		if n == 0 {
+			n = 1000
+		}
+		if n < 1 || *adds < 0 {
+			return fmt.Errorf("bad --machines %d or --adds %d: want at least 1 and 0", n, *adds)
+		}
+		to := *timeout
+		if to == 0 {
+			to = time.Duration(3*singleLowerBound(n)*float64(time.Second)) + time.Minute
+		}
+		// Juju's policy may also wait out its retries: 11 attempts 10 s apart.
+		jto := to + time.Duration(jujuRetries)*jujuRetryDelay
+		if *timeout != 0 {
+			jto = to
+		}
+		res, err := runSideBySide(ctx, n, *adds, to, jto)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(out, res)
+		}
+		printSideBySide(out, res)
+		return nil
+	}
 	switch *scenario {
 	case "convergence":
 		n := *machines

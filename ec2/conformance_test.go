@@ -3,6 +3,7 @@ package ec2
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/providertest"
 	"github.com/musterhq/muster/sim"
+	"github.com/musterhq/muster/sim/ec2api"
+	"github.com/musterhq/muster/sim/simserver"
 )
 
 // TestMain keeps the AWS SDK away from this machine's AWS configuration:
@@ -61,7 +64,7 @@ func newSimEC2(tb testing.TB, edit func(*sim.Config)) *simEC2 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := httptest.NewServer(sim.NewServer(cloud))
+	srv := httptest.NewServer(simHandler(cloud))
 	tb.Cleanup(func() {
 		srv.Close()
 		cloud.Close()
@@ -125,4 +128,9 @@ func TestProviderConformance(t *testing.T) {
 			Wait: 5 * time.Second,
 		}
 	})
+}
+
+// simHandler serves cloud's EC2 API (and its own) with the default keys.
+func simHandler(cloud *sim.Cloud) http.Handler {
+	return simserver.Handler(cloud, ec2api.New(cloud, ec2api.Config{}))
 }

@@ -36,6 +36,15 @@ var capacityCodes = map[string]bool{
 	"InsufficientFreeAddressesInSubnet": true,
 }
 
+// quotaCodes are an account's or region's limits used up: no zone helps.
+var quotaCodes = map[string]bool{
+	"VcpuLimitExceeded":            true,
+	"InstanceLimitExceeded":        true,
+	"MaxSpotInstanceCountExceeded": true,
+	"VolumeLimitExceeded":          true,
+	"AddressLimitExceeded":         true,
+}
+
 // zoneIndependentCodes are failures no other zone would cure (besides
 // every "Invalid…" code).
 var zoneIndependentCodes = map[string]bool{
@@ -64,6 +73,8 @@ var retryCodes = map[string]struct{}{
 // The table (EC2-CONTRACT.md):
 //   - RequestLimitExceeded, Throttling, ThrottlingException, RequestThrottled → throttled
 //   - Insufficient*Capacity, InsufficientFreeAddressesInSubnet → capacity in zone
+//   - VcpuLimitExceeded, InstanceLimitExceeded, MaxSpotInstanceCountExceeded,
+//     VolumeLimitExceeded, AddressLimitExceeded → quota (region-wide)
 //   - Unavailable → unavailable in zone; InternalError, any other 5xx, connection errors → unavailable
 //   - Invalid*, MissingParameter, IdempotentParameterMismatch, Unsupported,
 //     UnauthorizedOperation, AuthFailure, SignatureDoesNotMatch, OptInRequired,
@@ -116,6 +127,8 @@ func kindOf(code string, status int) (kind muster.ProviderErrorKind, zoned bool)
 		return muster.ErrThrottled, false
 	case capacityCodes[code]:
 		return muster.ErrCapacity, true
+	case quotaCodes[code]:
+		return muster.ErrQuota, false
 	case code == "Unavailable":
 		return muster.ErrUnavailable, true
 	case code == "InternalError", status >= 500:

@@ -44,6 +44,9 @@ func TestClassify(t *testing.T) {
 		{"InsufficientHostCapacity", 500, muster.ErrCapacity, true},
 		{"InsufficientCapacity", 500, muster.ErrCapacity, true},
 		{"InsufficientFreeAddressesInSubnet", 400, muster.ErrCapacity, true},
+		{"VcpuLimitExceeded", 400, muster.ErrQuota, false},
+		{"InstanceLimitExceeded", 400, muster.ErrQuota, false},
+		{"MaxSpotInstanceCountExceeded", 400, muster.ErrQuota, false},
 		{"InternalError", 500, muster.ErrUnavailable, false},
 		{"Unavailable", 503, muster.ErrUnavailable, true},
 		{"ServiceUnavailable", 503, muster.ErrUnavailable, false},
@@ -60,7 +63,6 @@ func TestClassify(t *testing.T) {
 		{"AuthFailure", 401, muster.ErrZoneIndependent, false},
 		{"SignatureDoesNotMatch", 403, muster.ErrZoneIndependent, false},
 		{"OptInRequired", 401, muster.ErrZoneIndependent, false},
-		{"VcpuLimitExceeded", 400, muster.ErrUnavailable, true}, // unknown 4xx: zone-specific
 		{"SomethingNew", 409, muster.ErrUnavailable, true},
 	}
 	for _, tt := range tests {

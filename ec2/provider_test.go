@@ -879,7 +879,7 @@ func TestLoopbackCredentials(t *testing.T) {
 // AWS_CA_BUNDLE (or ca_bundle in ~/.aws/config) makes the SDK build its own
 // HTTP client: an endpoint served with a certificate of that bundle works.
 func TestCABundle(t *testing.T) {
-	srv := httptest.NewTLSServer(sim.NewServer(newSimEC2(t, nil).cloud))
+	srv := httptest.NewTLSServer(simHandler(newSimEC2(t, nil).cloud))
 	defer srv.Close()
 	bundle := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
@@ -954,4 +954,31 @@ func zonesWith(t *testing.T, cfg Config) error {
 	}
 	_, err = p.Zones(ctx)
 	return err
+}
+
+// A sim restarted from its state file still filters by tag, though one of
+// its instances has no tags at all (saved without a tag map): the
+// provider's tag-filtered listing works across the restart (issue 16).
+func TestInstancesAfterSimRestart(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "sim.json")
+	s := newSimEC2(t, func(c *sim.Config) { c.StateFile = state })
+	controller, model := muster.NewUUID(), muster.NewUUID()
+	if _, err := s.cloud.CreateInstance(sim.NewInstance{Zone: testZones[0]}); err != nil {
+		t.Fatal(err)
+	}
+	own, err := s.cloud.CreateInstance(sim.NewInstance{Zone: testZones[1], Controller: controller, Model: model, MachineID: "3", LaunchToken: "tok-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cloud.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newSimEC2(t, func(c *sim.Config) { c.StateFile = state })
+	insts, err := s2.provider(t, controller, model).Instances(context.Background())
+	if err != nil {
+		t.Fatalf("Instances after the restart: %v", err)
+	}
+	if len(insts) != 1 || insts[0].ID != own.ID || insts[0].MachineID != "3" {
+		t.Errorf("Instances after the restart: got %+v, want only %s of machine 3", insts, own.ID)
+	}
 }

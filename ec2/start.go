@@ -75,7 +75,7 @@ type plannedVolume struct {
 // shape identifies the starts one RunInstances may carry together.
 func (pl *plan) shape() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%s|%s|%d|%s", pl.zone, pl.subnetID, pl.itype.name, pl.img.id, pl.rootGiB, pl.agent.key())
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%d|%s", pl.zone, pl.subnetID, pl.itype.name, pl.img.id, pl.rootGiB, pl.agent.Key())
 	for _, v := range pl.vols {
 		fmt.Fprintf(&b, "|%s:%d:%s:%s", v.vol.Name, v.gib, v.device, v.typ)
 	}

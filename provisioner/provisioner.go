@@ -407,7 +407,9 @@ func (p *Provisioner) send(ctx context.Context, r any) {
 }
 
 func (p *Provisioner) handleChanges(ctx context.Context, cs muster.ChangeSet) error {
-	if !p.firstDone {
+	// A resync (the watcher fell behind a trimmed change log, S10) names
+	// only the machines that still exist: a full pass forgets the others.
+	if !p.firstDone || cs.Resync {
 		if err := p.fullPass(ctx); err != nil {
 			return err
 		}

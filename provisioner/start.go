@@ -577,7 +577,8 @@ func (p *Provisioner) delaysOver() {
 }
 
 // zoneSpecific reports whether another zone may help after err (P10.5):
-// not for zone-independent errors, throttling, or a transient failure
+// not for zone-independent errors, throttling, a used-up quota (the
+// region's, so every zone would refuse), or a transient failure
 // that names no zone (which says nothing about the zone, and moving
 // machines away from it would skew the spread); unclassified errors count
 // as zone-specific, as in Juju.
@@ -587,7 +588,7 @@ func zoneSpecific(err error) bool {
 		return true
 	}
 	switch pe.Kind {
-	case muster.ErrZoneIndependent, muster.ErrThrottled:
+	case muster.ErrZoneIndependent, muster.ErrThrottled, muster.ErrQuota:
 		return false
 	case muster.ErrUnavailable:
 		return pe.Zone != ""

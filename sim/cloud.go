@@ -2,10 +2,13 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -42,6 +45,10 @@ type Config struct {
 	// made it returns (concurrent calls share writes), so a crash of the
 	// process loses nothing.
 	SaveDelay time.Duration
+	// PendingTime is how long an instance launched by Launch (the EC2
+	// API) stays "pending" before it is "running", and one stopped or
+	// started by Power stays "stopping" or "pending". Default 0: at once.
+	PendingTime time.Duration
 	// MaxBatch is the largest number of instances one StartInstances call
 	// may start. Default DefaultMaxBatch.
 	MaxBatch int
@@ -59,24 +66,18 @@ type Config struct {
 	// Logger receives warnings (e.g. a state file that cannot be written).
 	// Default slog.Default().
 	Logger *slog.Logger
-	// EC2AccessKey and EC2SecretKey are the key pair the EC2 API
-	// (NewServer's /ec2/) accepts SigV4 signatures of. Defaults
-	// DefaultEC2AccessKey and DefaultEC2SecretKey.
-	EC2AccessKey string
-	EC2SecretKey string
 }
 
 // Cloud is a simulated cloud. It is safe for concurrent use.
 type Cloud struct {
-	clock     muster.Clock
-	file      string
-	maxBatch  int
-	onStart   func(Instance, muster.StartParams)
-	onStop    func(string)
-	logger    *slog.Logger
-	spaces    []SpaceConfig
-	ec2Key    string
-	ec2Secret string
+	clock    muster.Clock
+	file     string
+	maxBatch int
+	pending  time.Duration // Config.PendingTime
+	onStart  func(Instance, muster.StartParams)
+	onStop   func(string)
+	logger   *slog.Logger
+	spaces   []SpaceConfig
 
 	mu           sync.Mutex
 	rnd          *rand.Rand
@@ -87,8 +88,7 @@ type Cloud struct {
 	params       map[string]*muster.StartParams // start params by instance id
 	tokens       map[string]string              // controller/model/token → instance id
 	addrUsed     map[string]bool
-	buckets      map[string]*bucket
-	instBkt      bucket
+	limits       limits
 	stats        Stats
 	reservations map[string]*reservation // EC2 reservations by client token
 	tombs        map[string]*tombstone   // terminated instances, for the EC2 API
@@ -96,11 +96,7 @@ type Cloud struct {
 	journal      [][]byte                // state file records not yet written
 	needSnapshot bool                    // a record could not be encoded
 
-	saveMu sync.Mutex
-	out    *os.File // the state file, open for appending
-	logged int      // records appended since the last snapshot
-	broken bool     // an append failed: write a snapshot next
-	closed bool
+	w writer // the state file's
 
 	saveDelay time.Duration
 	kick      chan struct{}
@@ -135,6 +131,7 @@ func Open(cfg Config) (*Cloud, error) {
 		clock:        cfg.Clock,
 		file:         cfg.StateFile,
 		maxBatch:     cfg.MaxBatch,
+		pending:      cfg.PendingTime,
 		onStart:      cfg.OnStart,
 		onStop:       cfg.OnStop,
 		logger:       cfg.Logger,
@@ -143,10 +140,8 @@ func Open(cfg Config) (*Cloud, error) {
 		params:       map[string]*muster.StartParams{},
 		tokens:       map[string]string{},
 		addrUsed:     map[string]bool{},
-		buckets:      map[string]*bucket{},
+		limits:       limits{calls: map[string]*bucket{}},
 		stats:        newStats(),
-		ec2Key:       cfg.EC2AccessKey,
-		ec2Secret:    cfg.EC2SecretKey,
 		reservations: map[string]*reservation{},
 		tombs:        map[string]*tombstone{},
 		saveDelay:    cfg.SaveDelay,
@@ -156,6 +151,9 @@ func Open(cfg Config) (*Cloud, error) {
 	if c.clock == nil {
 		c.clock = muster.SystemClock
 	}
+	if c.pending < 0 {
+		return nil, muster.Errorf(muster.EInvalid, "sim: negative pending time %s", c.pending)
+	}
 	if c.maxBatch <= 0 {
 		c.maxBatch = DefaultMaxBatch
 	}
@@ -164,12 +162,6 @@ func Open(cfg Config) (*Cloud, error) {
 	}
 	if c.spaces == nil {
 		c.spaces = DefaultSpaces
-	}
-	if c.ec2Key == "" {
-		c.ec2Key = DefaultEC2AccessKey
-	}
-	if c.ec2Secret == "" {
-		c.ec2Secret = DefaultEC2SecretKey
 	}
 	if len(c.spaces) > 16 {
 		return nil, muster.Errorf(muster.EInvalid, "sim: %d spaces configured, at most 16", len(c.spaces))
@@ -226,6 +218,12 @@ func Open(cfg Config) (*Cloud, error) {
 			if z == nil || inst.ID == "" || c.instances[inst.ID] != nil {
 				return nil, muster.Errorf(muster.EInvalid, "sim: state file %s: bad instance %q in zone %q", c.file, inst.ID, inst.Zone)
 			}
+			if inst.EC2 != nil && c.subnetByID(inst.EC2.SubnetID) == nil && len(inst.Addresses) > 0 {
+				// Saved before subnet ids took EC2's shape.
+				if s := c.subnetOfAddr(inst.Addresses[0]); s != nil {
+					inst.EC2.SubnetID = s.ID
+				}
+			}
 			c.instances[inst.ID] = &inst
 			if pi.Params != nil {
 				c.params[inst.ID] = pi.Params
@@ -281,15 +279,15 @@ func (c *Cloud) Close() error {
 		close(c.quit)
 		c.saver.Wait()
 		c.closeErr = c.save(false)
-		c.saveMu.Lock()
-		c.closed = true
-		if c.out != nil {
-			if err := c.out.Close(); err != nil && c.closeErr == nil {
+		c.w.mu.Lock()
+		c.w.closed = true
+		if c.w.out != nil {
+			if err := c.w.out.Close(); err != nil && c.closeErr == nil {
 				c.closeErr = fmt.Errorf("sim: close state file: %w", err)
 			}
-			c.out = nil
+			c.w.out = nil
 		}
-		c.saveMu.Unlock()
+		c.w.mu.Unlock()
 	})
 	return c.closeErr
 }
@@ -355,7 +353,7 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 		inSpace = true
 		c.subnets = append(c.subnets, &subnet{
 			Subnet: muster.Subnet{
-				ID:    "subnet-" + zc.Name + "-" + sp.Name,
+				ID:    SubnetID(zc.Name, sp.Name),
 				CIDR:  fmt.Sprintf("10.%d.%d.0/20", n, 16*j),
 				Zone:  zc.Name,
 				Space: sp.Name,
@@ -366,12 +364,20 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 	}
 	if !inSpace {
 		c.subnets = append(c.subnets, &subnet{
-			Subnet: muster.Subnet{ID: "subnet-" + zc.Name, CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
+			Subnet: muster.Subnet{ID: SubnetID(zc.Name, ""), CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
 			prefix: [3]byte{10, byte(n), 0},
 			next:   firstHost,
 		})
 	}
 	return nil
+}
+
+// SubnetID is the id of the subnet of a zone in a space ("" for the
+// subnet of a zone in no space): "subnet-" and 17 hex digits, as EC2's,
+// the same in every cloud and across restarts.
+func SubnetID(zone, space string) string {
+	sum := sha256.Sum256([]byte("muster-sim-subnet/" + zone + "/" + space))
+	return "subnet-" + hex.EncodeToString(sum[:])[:17]
 }
 
 // alloc returns a free address of s, or "" when s is full; c.mu is held.
@@ -402,6 +408,22 @@ func contains(list []string, s string) bool {
 
 func tokenKey(controller, model, token string) string {
 	return controller + "\x00" + model + "\x00" + token
+}
+
+// limits are the token buckets of the rate limits; c.mu guards them.
+type limits struct {
+	calls     map[string]*bucket // by call kind
+	instances bucket             // started instances
+}
+
+// writer writes the state file. Its mu orders writes and is taken before
+// c.mu, never while c.mu is held.
+type writer struct {
+	mu     sync.Mutex
+	out    *os.File // the state file, open for appending
+	logged int      // records appended since the last snapshot
+	broken bool     // an append failed: write a snapshot next
+	closed bool
 }
 
 // bucket is a token bucket; c.mu guards it.
@@ -443,14 +465,14 @@ func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
 	c.mu.Lock()
 	c.stats.Calls[kind]++
 	now := c.clock.Now()
-	b := c.buckets[kind]
+	b := c.limits.calls[kind]
 	if b == nil {
 		b = &bucket{}
-		c.buckets[kind] = b
+		c.limits.calls[kind] = b
 	}
 	ok := b.take(c.faults.RateLimits[kind], now, 1)
 	if ok && instances > 0 {
-		ok = c.instBkt.take(c.faults.InstanceRate, now, instances)
+		ok = c.limits.instances.take(c.faults.InstanceRate, now, instances)
 	}
 	if !ok {
 		c.stats.Throttled[kind]++
@@ -480,7 +502,7 @@ func (c *Cloud) enter(ctx context.Context, kind string, instances int) error {
 
 // leave ends a call of kind that has done its work: it holds the reply for
 // Faults.ReplyDelay, then loses it when Faults.LoseReplies says so (an
-// ErrUnavailable error wrapping errReplyLost). c.mu is not held.
+// ErrUnavailable error wrapping ErrReplyLost). c.mu is not held.
 func (c *Cloud) leave(ctx context.Context, kind string) error {
 	c.mu.Lock()
 	lat := c.faults.ReplyDelay[kind]
@@ -505,14 +527,14 @@ func (c *Cloud) leave(ctx context.Context, kind string) error {
 		}
 	}
 	if lose {
-		return &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "sim: the reply of a " + kind + " call was lost", Err: errReplyLost}
+		return &muster.ProviderError{Kind: muster.ErrUnavailable, Message: "sim: the reply of a " + kind + " call was lost", Err: ErrReplyLost}
 	}
 	return nil
 }
 
-// errReplyLost marks a call whose reply Faults.LoseReplies dropped: the
+// ErrReplyLost marks a call whose reply Faults.LoseReplies dropped: the
 // HTTP server closes the connection instead of answering.
-var errReplyLost = errors.New("reply lost")
+var ErrReplyLost = errors.New("reply lost")
 
 // start starts ps for a controller and model: the call-level error is for
 // the whole call (throttled, cancelled, injected failure, lost reply).
@@ -649,10 +671,11 @@ type launchSpec struct {
 	params      muster.StartParams // kept for OnStart and the state file
 	ec2         *EC2Attrs
 	created     time.Time
+	pending     bool // starts "pending" for Config.PendingTime
 }
 
-// errNoAddress marks a capacity error of a full subnet.
-var errNoAddress = errors.New("no free address")
+// ErrNoAddress marks a capacity error of a full subnet.
+var ErrNoAddress = errors.New("no free address")
 
 // launch starts one instance as l says, subject to the zone's FailNext,
 // error rate and capacity; c.mu is held.
@@ -666,6 +689,15 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 		}
 		c.logConfig()
 		return nil, muster.NewProviderError(muster.ErrCapacity, z.Name, "sim: insufficient capacity for %s in zone %q", it.Name, z.Name)
+	}
+	if q := c.faults.QuotaVCPUs; q > 0 {
+		used := 0
+		for _, oz := range c.zones {
+			used += oz.used
+		}
+		if used+it.Cores > q {
+			return nil, muster.NewProviderError(muster.ErrQuota, "", "sim: vCPU quota of %d exceeded (%d in use, %s needs %d)", q, used, it.Name, it.Cores)
+		}
 	}
 	if rate := c.faults.ZoneErrorRate[z.Name]; rate > 0 && c.rnd.Float64() < rate {
 		return nil, muster.NewProviderError(muster.ErrUnavailable, z.Name, "sim: injected start failure in zone %q", z.Name)
@@ -699,7 +731,7 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 			for _, x := range addrs {
 				delete(c.addrUsed, x)
 			}
-			return nil, &muster.ProviderError{Kind: muster.ErrCapacity, Zone: z.Name, Message: fmt.Sprintf("sim: no free address in subnet %s", s.ID), Err: errNoAddress}
+			return nil, &muster.ProviderError{Kind: muster.ErrCapacity, Zone: z.Name, Message: fmt.Sprintf("sim: no free address in subnet %s", s.ID), Err: ErrNoAddress}
 		}
 		addrs = append(addrs, a)
 	}
@@ -718,6 +750,9 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 		Created:      l.created,
 		State:        "running",
 		EC2:          l.ec2,
+	}
+	if l.pending && c.pending > 0 {
+		inst.State, inst.Until = "pending", l.created.Add(c.pending)
 	}
 	for _, v := range l.volumes {
 		v.VolumeID = c.newID("vol-")
@@ -750,6 +785,29 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 func (c *Cloud) firstSubnet(zone string) *subnet {
 	for _, s := range c.subnets {
 		if s.Zone == zone {
+			return s
+		}
+	}
+	return nil
+}
+
+func (c *Cloud) subnetByID(id string) *subnet {
+	for _, s := range c.subnets {
+		if s.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// subnetOfAddr returns the subnet an address was allocated from.
+func (c *Cloud) subnetOfAddr(addr string) *subnet {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return nil
+	}
+	for _, s := range c.subnets {
+		if netip.PrefixFrom(netip.AddrFrom4([4]byte{s.prefix[0], s.prefix[1], s.prefix[2], 0}), 20).Contains(a) {
 			return s
 		}
 	}
@@ -896,18 +954,23 @@ func (c *Cloud) unlaunchLocked(inst *Instance) {
 func (c *Cloud) forgetLocked(inst *Instance) {
 	delete(c.instances, inst.ID)
 	delete(c.params, inst.ID)
-	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
-		k := tokenKey(inst.Controller(), inst.Model(), tok)
-		if c.tokens[k] == inst.ID {
-			delete(c.tokens, k)
-		}
-	}
+	c.untoken(inst)
 	for _, a := range inst.Addresses {
 		delete(c.addrUsed, a)
 	}
 	if z := c.zone(inst.Zone); z != nil {
 		z.used -= inst.Cores
 		z.instances--
+	}
+}
+
+// untoken forgets inst's launch token; c.mu is held.
+func (c *Cloud) untoken(inst *Instance) {
+	if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
+		k := tokenKey(inst.Controller(), inst.Model(), tok)
+		if c.tokens[k] == inst.ID {
+			delete(c.tokens, k)
+		}
 	}
 }
 
@@ -946,6 +1009,7 @@ func (c *Cloud) list(ctx context.Context, controller, model string) ([]muster.In
 	lag := c.faults.ListingLag
 	out := []muster.Instance{}
 	for _, inst := range c.sortedLocked() {
+		settle(inst, now)
 		if inst.Controller() != controller || inst.Model() != model {
 			continue
 		}
@@ -1275,7 +1339,9 @@ func (c *Cloud) AllInstances() []Instance {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := []Instance{}
+	now := c.clock.Now()
 	for _, inst := range c.sortedLocked() {
+		settle(inst, now)
 		out = append(out, cloneInstance(inst))
 	}
 	return out

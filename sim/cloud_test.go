@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/fakeclock"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -431,17 +434,22 @@ func TestSubnetsSpacesAndDeriveZones(t *testing.T) {
 		got = append(got, s.ID+" "+s.CIDR+" "+s.Zone+" "+s.Space)
 	}
 	want := []string{
-		"subnet-a-alpha 10.1.0.0/20 a alpha",
-		"subnet-b-alpha 10.2.0.0/20 b alpha",
-		"subnet-b-beta 10.2.16.0/20 b beta",
-		"subnet-c-alpha 10.3.0.0/20 c alpha",
-		"subnet-c-beta 10.3.16.0/20 c beta",
+		sim.SubnetID("a", "alpha") + " 10.1.0.0/20 a alpha",
+		sim.SubnetID("b", "alpha") + " 10.2.0.0/20 b alpha",
+		sim.SubnetID("b", "beta") + " 10.2.16.0/20 b beta",
+		sim.SubnetID("c", "alpha") + " 10.3.0.0/20 c alpha",
+		sim.SubnetID("c", "beta") + " 10.3.16.0/20 c beta",
+	}
+	for _, s := range subnets {
+		if !regexp.MustCompile(`^subnet-[0-9a-f]{17}$`).MatchString(s.ID) {
+			t.Errorf("subnet id %q is not shaped as EC2's (subnet- and 17 hex digits)", s.ID)
+		}
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got subnets\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	beta := map[string][]string{"subnet-b-beta": {"b"}, "subnet-c-beta": {"c"}}
-	alpha := map[string][]string{"subnet-a-alpha": {"a"}, "subnet-b-alpha": {"b"}, "subnet-c-alpha": {"c"}}
+	beta := map[string][]string{sim.SubnetID("b", "beta"): {"b"}, sim.SubnetID("c", "beta"): {"c"}}
+	alpha := map[string][]string{sim.SubnetID("a", "alpha"): {"a"}, sim.SubnetID("b", "alpha"): {"b"}, sim.SubnetID("c", "alpha"): {"c"}}
 	tests := []struct {
 		name    string
 		p       muster.StartParams
@@ -760,13 +768,7 @@ func TestSaveDelayBatchesWrites(t *testing.T) {
 		t.Fatalf("before the delay got %d instances on disk, want 0", n)
 	}
 	clock.Advance(time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for instancesInFile(t, file) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("instance not written after the delay")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, "instance written after the delay", func() bool { return instancesInFile(t, file) == 1 })
 	mustStart(t, p, startParams("1", "a"))
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -835,5 +837,46 @@ func TestStateFileJournal(t *testing.T) {
 				t.Errorf("got zones %+v, want 1 core used in a, none in b", zs)
 			}
 		})
+	}
+}
+
+func TestLoseRepliesOfTheSimsOwnCalls(t *testing.T) {
+	c := openCloud(t, sim.Config{Clock: newClock()})
+	srv := httptest.NewServer(sim.NewServer(c))
+	defer srv.Close()
+	client := sim.NewClient(srv.URL, srv.Client())
+	ctx := context.Background()
+	// Set through the admin API, as JSON.
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(`{"lose-replies": {"start": 2}, "reply-delay": {"zones": {"fixed": 0}}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if f := c.Faults(); f.LoseReplies[sim.CallStart] != 2 || len(f.ReplyDelay) != 1 {
+		t.Fatalf("faults after PUT: %+v", f)
+	}
+	sp := startParams("0", "a")
+	for name, p := range map[string]muster.Provider{"in-process": c.Provider(testController, testModel), "http": client.Provider(testController, testModel)} {
+		_, err := p.StartInstance(ctx, sp)
+		if k, _ := kindOf(err); k != muster.ErrUnavailable {
+			t.Errorf("%s: got %v, want an unavailable error", name, err)
+		}
+	}
+	// The first lost start did start it; the second found it by its token.
+	res := mustStart(t, client.Provider(testController, testModel), sp)
+	if all := c.AllInstances(); len(all) != 1 || all[0].ID != res.Instance.ID || c.Stats().InstancesStarted != 1 {
+		t.Errorf("got %+v, want the one instance %s", all, res.Instance.ID)
+	}
+	for _, bad := range []string{`{"lose-replies": {"reboot": 1}}`, `{"lose-replies": {"start": -1}}`, `{"reply-delay": {"list": {"fixed": -5}}}`} {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(bad))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: got status %d, want 400", bad, resp.StatusCode)
+		}
 	}
 }

@@ -21,8 +21,8 @@
 //
 // Zone capacity is counted in cores; Unlimited (-1) never runs out, 0 fits
 // nothing. Stopping an instance frees its cores. The i-th zone (from 0)
-// has, for the j-th space that includes it, a subnet "subnet-ZONE-SPACE"
-// with CIDR 10.<i+1>.<16j>.0/20 (a zone in no space gets "subnet-ZONE",
+// has, for the j-th space that includes it, a subnet SubnetID(ZONE, SPACE)
+// with CIDR 10.<i+1>.<16j>.0/20 (a zone in no space gets SubnetID(ZONE, ""),
 // 10.<i+1>.0.0/20); an instance gets one address per requested space, or
 // one in its zone's first subnet.
 //
@@ -31,18 +31,7 @@
 // capacity. A Provider sees, and stops, only instances tagged with its
 // controller and model.
 //
-// NewServer also serves a subset of the EC2 Query API at POST / and /ec2/
-// (DescribeAvailabilityZones, DescribeSubnets, DescribeImages,
-// DescribeInstanceTypes, RunInstances, DescribeInstances,
-// TerminateInstances, DescribeInstanceAttribute), SigV4-verified with
-// Config.EC2AccessKey/EC2SecretKey, so that the AWS SDK for Go v2 and the
-// ec2 provider run against the sim. It is the same cloud: its calls count,
-// wait, fail and are limited under the sim's call kinds, and its instances
-// are the ones a Provider sees. Failures map to EC2's codes: throttled →
-// RequestLimitExceeded (503), capacity → InsufficientInstanceCapacity
-// (500), an injected call fault → InternalError (500), a zone fault →
-// Unavailable (503), bad input → InvalidParameterValue and the other
-// Invalid* codes (400). EC2 lists terminated instances (of either API) as
-// terminated for TombstoneTTL, and a RunInstances client token returns its
-// reservation for the cloud's lifetime.
+// The EC2 Query API on a cloud is package sim/ec2api, built on the
+// cloud's front-end calls (Do, Launch, Terminate, Listed, Subnets, ...);
+// sim/simserver serves both APIs as `muster sim serve` does.
 package sim

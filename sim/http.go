@@ -39,7 +39,7 @@ import (
 //	GET  /v1/admin/stats                  → Stats
 //	POST /v1/admin/stats/reset            → {}
 //
-// and, at POST / (and /ec2/), a subset of the EC2 Query API (see ec2.go).
+// (sim/simserver mounts the EC2 Query API of sim/ec2api beside it.)
 
 type startRequest struct {
 	Controller string               `json:"controller"`
@@ -85,7 +85,7 @@ func toWire(err error) *wireError {
 	return &wireError{Code: muster.ErrorCode(err), Message: muster.ErrorMessage(err)}
 }
 
-var kinds = []muster.ProviderErrorKind{muster.ErrZoneIndependent, muster.ErrCapacity, muster.ErrThrottled, muster.ErrUnavailable}
+var kinds = []muster.ProviderErrorKind{muster.ErrZoneIndependent, muster.ErrCapacity, muster.ErrThrottled, muster.ErrUnavailable, muster.ErrQuota}
 
 func (w *wireError) err() error {
 	if w.Kind != "" {
@@ -145,9 +145,6 @@ func NewServer(c *Cloud) http.Handler {
 	mux.HandleFunc("POST /v1/admin/remove", s.adminRemove)
 	mux.HandleFunc("GET /v1/admin/stats", s.adminStats)
 	mux.HandleFunc("POST /v1/admin/stats/reset", s.adminResetStats)
-	mux.HandleFunc("POST /ec2/", s.ec2)
-	mux.HandleFunc("POST /ec2", s.ec2)
-	mux.HandleFunc("POST /{$}", s.ec2) // where an EC2 endpoint serves it
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, muster.Errorf(muster.ENotFound, "sim: no such endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -174,7 +171,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeErr(w http.ResponseWriter, err error) {
-	if errors.Is(err, errReplyLost) {
+	if errors.Is(err, ErrReplyLost) {
 		dropConnection(w)
 		return
 	}

@@ -51,6 +51,18 @@ type config struct {
 	Faults Faults       `json:"faults"`
 }
 
+// reservation is a launch made with a client token, kept for the cloud's
+// lifetime so that the token stays idempotent.
+type reservation struct {
+	ID          string `json:"id"`
+	ClientToken string `json:"client-token"`
+	// Fingerprint sums up the request (LaunchRequest.Fingerprint); empty
+	// in state files written before it was kept, which match any repeat.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Instances are the reservation's instances as launched.
+	Instances []Instance `json:"instances"`
+}
+
 type persistedInstance struct {
 	Instance
 	Params *muster.StartParams `json:"params,omitempty"`
@@ -221,17 +233,17 @@ func (c *Cloud) save(force bool) error {
 	if c.file == "" {
 		return nil
 	}
-	c.saveMu.Lock()
-	defer c.saveMu.Unlock()
-	if c.closed {
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	if c.w.closed {
 		return nil
 	}
 	c.mu.Lock()
-	if len(c.journal) == 0 && !force && !c.broken && !c.needSnapshot {
+	if len(c.journal) == 0 && !force && !c.w.broken && !c.needSnapshot {
 		c.mu.Unlock()
 		return nil
 	}
-	if force || c.broken || c.needSnapshot || c.out == nil || c.logged+len(c.journal) > max(1024, 2*len(c.instances)) {
+	if force || c.w.broken || c.needSnapshot || c.w.out == nil || c.w.logged+len(c.journal) > max(1024, 2*len(c.instances)) {
 		st := state{Version: stateVersion, Instances: []persistedInstance{}}
 		cfg := c.configLocked()
 		st.Zones, st.Faults = cfg.Zones, cfg.Faults
@@ -252,7 +264,7 @@ func (c *Cloud) save(force bool) error {
 		b, err := json.Marshal(st)
 		c.mu.Unlock()
 		if err != nil {
-			c.broken = true
+			c.w.broken = true
 			return fmt.Errorf("sim: encode state: %w", err)
 		}
 		return c.writeSnapshot(append(b, '\n'))
@@ -264,31 +276,31 @@ func (c *Cloud) save(force bool) error {
 	n := len(c.journal)
 	c.journal = nil
 	c.mu.Unlock()
-	if _, err := c.out.Write(buf.Bytes()); err != nil {
-		c.broken = true
+	if _, err := c.w.out.Write(buf.Bytes()); err != nil {
+		c.w.broken = true
 		return fmt.Errorf("sim: append to state file: %w", err)
 	}
-	c.logged += n
+	c.w.logged += n
 	return nil
 }
 
 // writeSnapshot replaces the state file with b and reopens it for
-// appending; c.saveMu is held.
+// appending; c.w.mu is held.
 func (c *Cloud) writeSnapshot(b []byte) error {
-	if c.out != nil {
-		c.out.Close()
-		c.out = nil
+	if c.w.out != nil {
+		c.w.out.Close()
+		c.w.out = nil
 	}
 	if err := writeFileAtomic(c.file, b); err != nil {
-		c.broken = true
+		c.w.broken = true
 		return err
 	}
 	f, err := os.OpenFile(c.file, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		c.broken = true
+		c.w.broken = true
 		return fmt.Errorf("sim: open state file: %w", err)
 	}
-	c.out, c.logged, c.broken = f, 0, false
+	c.w.out, c.w.logged, c.w.broken = f, 0, false
 	return nil
 }
 

@@ -19,10 +19,13 @@ const (
 	// and DescribeInstanceAttribute (the other EC2 actions count as the
 	// sim call of the same meaning: RunInstances as CallStart, ...).
 	CallDescribe = "describe"
+	// CallModify is the EC2 API's StopInstances, StartInstances,
+	// CreateTags and DeleteTags.
+	CallModify = "modify"
 )
 
 // CallKinds lists every call kind.
-var CallKinds = []string{CallStart, CallStop, CallList, CallZones, CallSubnets, CallDeriveZones, CallDescribe}
+var CallKinds = []string{CallStart, CallStop, CallList, CallZones, CallSubnets, CallDeriveZones, CallDescribe, CallModify}
 
 // Unlimited is the zone capacity that never runs out.
 const Unlimited = -1
@@ -116,6 +119,10 @@ type Faults struct {
 	// lose the reply: over HTTP the connection is closed without a
 	// response, in-process the call fails with ErrUnavailable.
 	LoseReplies map[string]int `json:"lose-replies,omitempty"`
+	// QuotaVCPUs is the region's vCPU quota: a start that would take the
+	// cores of all live instances above it fails with ErrQuota (EC2's
+	// VcpuLimitExceeded) in every zone. 0 = no quota.
+	QuotaVCPUs int `json:"quota-vcpus,omitempty"`
 }
 
 // Instance is an instance as the cloud keeps it.
@@ -133,7 +140,13 @@ type Instance struct {
 	Volumes      []muster.Volume           `json:"volumes,omitempty"`
 	Attachments  []muster.VolumeAttachment `json:"attachments,omitempty"`
 	Created      time.Time                 `json:"created"`
-	State        string                    `json:"state"`
+	// State is "running", or for instances of the EC2 API also
+	// "pending", "stopping" or "stopped"; a terminated instance is gone
+	// (the EC2 API lists it as "terminated" for a while).
+	State string `json:"state"`
+	// Until is when a "pending" state becomes "running" and a
+	// "stopping" one "stopped" (on the cloud's clock).
+	Until time.Time `json:"until,omitzero"`
 	// EC2 holds the attributes of an instance started through the EC2
 	// API; nil for the others (the EC2 API derives theirs).
 	EC2 *EC2Attrs `json:"ec2,omitempty"`
@@ -256,3 +269,10 @@ func ZoneConfigs(names ...string) []ZoneConfig {
 	}
 	return out
 }
+
+// The key pair the sim's EC2 endpoint (sim/ec2api, served by `muster sim
+// serve`) accepts by default.
+const (
+	DefaultEC2AccessKey = "AKIAMUSTERSIMULATOR0"
+	DefaultEC2SecretKey = "muster-sim-secret-access-key"
+)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/musterhq/muster/controller"
+	"github.com/musterhq/muster/internal/logthrottle"
 	"github.com/spf13/cobra"
 )
 
@@ -29,15 +30,20 @@ func defaultDataDir() string {
 }
 
 // newLogger returns a slog logger writing to w in the given format.
+// Repeated warnings and errors are summarised (logthrottle), so a failure
+// that repeats thousands of times stays readable.
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, usageErrorf("bad --log-format %q: want text or json", format)
 	}
-	return nil, usageErrorf("bad --log-format %q: want text or json", format)
+	return slog.New(logthrottle.New(h, logthrottle.Options{})), nil
 }
 
 func newControllerCmd() *cobra.Command {

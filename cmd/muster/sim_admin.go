@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -149,8 +150,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 		rate     string
 		clear    bool
 
-		listingLag, replyDelay time.Duration
-		loseReplies            int
+		listingLag, replyDelay  time.Duration
+		loseReplies, quotaVCPUs int
 	)
 	cmd := &cobra.Command{
 		Use:   "faults",
@@ -167,44 +168,44 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
   --reply-delay D         a start's reply is held D after the cloud acted
   --lose-replies N        the next N starts act, then lose their reply (the
                           client sees a broken connection and retries: with
-                          the same idempotency token it gets the same instance)`,
+                          the same idempotency token it gets the same instance)
+  --quota-vcpus N         the region's vCPU quota: a start beyond it fails
+                          with a quota error in every zone (0 for none)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
-			if fl.Changed("start-error-rate") && (errRate < 0 || errRate > 1) {
-				return usageErrorf("bad --start-error-rate %g: want 0..1", errRate)
+			edit := sim.FaultEdit{Clear: clear, Zone: zone}
+			if fl.Changed("start-error-rate") {
+				edit.StartErrorRate = &errRate
 			}
 			if fl.Changed("fail-next") {
-				if failNext < 0 {
-					return usageErrorf("bad --fail-next %d: want 0 or more", failNext)
-				}
-				if zone == "" {
-					return usageErrorf("--fail-next needs --zone")
-				}
+				edit.FailNext = &failNext
 			}
-			if zone != "" && !fl.Changed("fail-next") && !fl.Changed("start-error-rate") {
-				return usageErrorf("--zone goes with --fail-next or --start-error-rate")
+			if fl.Changed("latency") {
+				edit.Latency = &latency
 			}
-			for _, d := range []struct {
-				name string
-				v    time.Duration
-			}{{"latency", latency}, {"listing-lag", listingLag}, {"reply-delay", replyDelay}} {
-				if d.v < 0 {
-					return usageErrorf("bad --%s %s: negative", d.name, d.v)
-				}
-			}
-			if loseReplies < 0 {
-				return usageErrorf("bad --lose-replies %d: want 0 or more", loseReplies)
-			}
-			var bucket sim.Bucket
 			if fl.Changed("rate-limit") {
-				var err error
-				if bucket, err = parseRate(rate); err != nil {
+				bucket, err := parseRate(rate)
+				if err != nil {
 					return err
 				}
+				edit.RateLimit = &bucket
 			}
-			change := clear || fl.Changed("start-error-rate") || fl.Changed("latency") || fl.Changed("rate-limit") ||
-				fl.Changed("listing-lag") || fl.Changed("reply-delay") || fl.Changed("lose-replies")
+			if fl.Changed("listing-lag") {
+				edit.ListingLag = &listingLag
+			}
+			if fl.Changed("reply-delay") {
+				edit.ReplyDelay = &replyDelay
+			}
+			if fl.Changed("lose-replies") {
+				edit.LoseReplies = &loseReplies
+			}
+			if fl.Changed("quota-vcpus") {
+				edit.QuotaVCPUs = &quotaVCPUs
+			}
+			if err := edit.Check(); err != nil {
+				return usageErrorf("%s", muster.ErrorMessage(err))
+			}
 			ctx := cmd.Context()
 			sc, err := t.client(ctx)
 			if err != nil {
@@ -216,53 +217,20 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				found := false
-				for _, z := range zs {
-					found = found || z.Name == zone
-				}
-				if !found {
+				if !slices.ContainsFunc(zs, func(z sim.ZoneState) bool { return z.Name == zone }) {
 					return muster.Errorf(muster.ENotFound, "sim has no zone %q", zone)
 				}
 			}
-			if change {
+			if edit.ChangesFaults() {
 				f, err := sc.Faults(ctx)
 				if err != nil {
 					return err
 				}
-				if clear {
-					f = sim.Faults{}
-				}
-				if fl.Changed("start-error-rate") {
-					if zone != "" {
-						f.ZoneErrorRate = setMap(f.ZoneErrorRate, zone, errRate)
-					} else {
-						f.ErrorRate = setMap(f.ErrorRate, sim.CallStart, errRate)
-					}
-				}
-				if fl.Changed("latency") {
-					for _, k := range sim.CallKinds {
-						f.Latency = setMap(f.Latency, k, sim.Latency{Fixed: latency})
-					}
-				}
-				if fl.Changed("rate-limit") {
-					for _, k := range sim.CallKinds {
-						f.RateLimits = setMap(f.RateLimits, k, bucket)
-					}
-				}
-				if fl.Changed("listing-lag") {
-					f.ListingLag = listingLag
-				}
-				if fl.Changed("reply-delay") {
-					f.ReplyDelay = setMap(f.ReplyDelay, sim.CallStart, sim.Latency{Fixed: replyDelay})
-				}
-				if fl.Changed("lose-replies") {
-					f.LoseReplies = setMap(f.LoseReplies, sim.CallStart, loseReplies)
-				}
-				if err := sc.SetFaults(ctx, f); err != nil {
+				if err := sc.SetFaults(ctx, edit.Apply(f)); err != nil {
 					return err
 				}
 			}
-			if fl.Changed("fail-next") {
+			if edit.FailNext != nil {
 				if err := sc.FailNext(ctx, zone, failNext); err != nil {
 					return err
 				}
@@ -271,8 +239,11 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			writeFaults(cmd.OutOrStdout(), f)
-			return nil
+			tw := newTabWriter(cmd.OutOrStdout())
+			for _, l := range f.Summary() {
+				fmt.Fprintf(tw, "%s:\t%s\n", l[0], l[1])
+			}
+			return tw.Flush()
 		},
 	}
 	fl := cmd.Flags()
@@ -285,86 +256,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	fl.DurationVar(&listingLag, "listing-lag", 0, "how long a new instance stays out of listings")
 	fl.DurationVar(&replyDelay, "reply-delay", 0, "how long a start's reply is held after the cloud acted")
 	fl.IntVar(&loseReplies, "lose-replies", 0, "the next N starts act, then lose their reply")
+	fl.IntVar(&quotaVCPUs, "quota-vcpus", 0, "the region's vCPU quota: starts beyond it fail with a quota error (0 for none)")
 	t.addFlag(cmd)
 	return cmd
-}
-
-func setMap[V any](m map[string]V, k string, v V) map[string]V {
-	if m == nil {
-		m = map[string]V{}
-	}
-	m[k] = v
-	return m
-}
-
-// writeFaults prints the faults, one kind per line.
-func writeFaults(w io.Writer, f sim.Faults) {
-	list := func(m map[string]string) string {
-		if len(m) == 0 {
-			return "none"
-		}
-		var parts []string
-		for _, k := range sortedKeys(m) {
-			parts = append(parts, k+"="+m[k])
-		}
-		return strings.Join(parts, " ")
-	}
-	er, zer, fn, lat, rl := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
-	rd, lr := map[string]string{}, map[string]string{}
-	for k, v := range f.ReplyDelay {
-		if v.Fixed != 0 || v.Jitter != 0 {
-			rd[k] = v.Fixed.String()
-		}
-	}
-	for k, v := range f.LoseReplies {
-		if v != 0 {
-			lr[k] = strconv.Itoa(v)
-		}
-	}
-	for k, v := range f.ErrorRate {
-		if v != 0 {
-			er[k] = strconv.FormatFloat(v, 'g', -1, 64)
-		}
-	}
-	for k, v := range f.ZoneErrorRate {
-		if v != 0 {
-			zer[k] = strconv.FormatFloat(v, 'g', -1, 64)
-		}
-	}
-	for k, v := range f.FailNext {
-		if v != 0 {
-			fn[k] = strconv.Itoa(v)
-		}
-	}
-	for k, v := range f.Latency {
-		if v.Fixed != 0 || v.Jitter != 0 {
-			s := v.Fixed.String()
-			if v.Jitter != 0 {
-				s += "+" + v.Jitter.String()
-			}
-			lat[k] = s
-		}
-	}
-	for k, v := range f.RateLimits {
-		if v.Burst != 0 {
-			rl[k] = fmt.Sprintf("%d/%g", v.Burst, v.PerSecond)
-		}
-	}
-	ir := "none"
-	if f.InstanceRate.Burst != 0 {
-		ir = fmt.Sprintf("%d/%g", f.InstanceRate.Burst, f.InstanceRate.PerSecond)
-	}
-	tw := newTabWriter(w)
-	fmt.Fprintf(tw, "error-rate:\t%s\n", list(er))
-	fmt.Fprintf(tw, "zone-error-rate:\t%s\n", list(zer))
-	fmt.Fprintf(tw, "fail-next:\t%s\n", list(fn))
-	fmt.Fprintf(tw, "latency:\t%s\n", list(lat))
-	fmt.Fprintf(tw, "rate-limit:\t%s\n", list(rl))
-	fmt.Fprintf(tw, "instance-rate:\t%s\n", ir)
-	fmt.Fprintf(tw, "listing-lag:\t%s\n", f.ListingLag)
-	fmt.Fprintf(tw, "reply-delay:\t%s\n", list(rd))
-	fmt.Fprintf(tw, "lose-replies:\t%s\n", list(lr))
-	tw.Flush()
 }
 
 // simInstanceJSON is one entry of `muster sim instances --format json`,

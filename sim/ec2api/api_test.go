@@ -1,4 +1,4 @@
-package sim_test
+package ec2api_test
 
 import (
 	"bytes"
@@ -33,6 +33,8 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/fakeclock"
 	"github.com/musterhq/muster/sim"
+	"github.com/musterhq/muster/sim/ec2api"
+	"github.com/musterhq/muster/sim/simserver"
 )
 
 // ec2Env is a cloud served over HTTP with an EC2 client of the real SDK.
@@ -41,9 +43,17 @@ type ec2Env struct {
 	clock *fakeclock.Clock
 	srv   *httptest.Server
 	api   *ec2.Client
+
+	key, secret string // the API's key pair
 }
 
 func newEC2Env(t *testing.T, cfg sim.Config) *ec2Env {
+	t.Helper()
+	return newEC2EnvKeys(t, cfg, ec2api.Config{})
+}
+
+// newEC2EnvKeys is newEC2Env with an API that takes the keys of keys.
+func newEC2EnvKeys(t *testing.T, cfg sim.Config, keys ec2api.Config) *ec2Env {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = newClock()
@@ -52,10 +62,11 @@ func newEC2Env(t *testing.T, cfg sim.Config) *ec2Env {
 		cfg.Logger = discardLogger()
 	}
 	c := openCloud(t, cfg)
-	srv := httptest.NewServer(sim.NewServer(c))
+	api := ec2api.New(c, keys)
+	srv := httptest.NewServer(simserver.Handler(c, api))
 	t.Cleanup(srv.Close)
-	key, secret := c.EC2Credentials()
-	return &ec2Env{c: c, clock: cfg.Clock.(*fakeclock.Clock), srv: srv, api: ec2Client(srv.URL, key, secret)}
+	key, secret := api.Credentials()
+	return &ec2Env{c: c, clock: cfg.Clock.(*fakeclock.Clock), srv: srv, api: ec2Client(srv.URL, key, secret), key: key, secret: secret}
 }
 
 // ec2Client returns an SDK client of the sim at url; it retries as the
@@ -183,7 +194,7 @@ func filter(name string, values ...string) types.Filter {
 // its own API, which keeps its paths.
 func TestEC2EndpointPaths(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
-	key, secret := e.c.EC2Credentials()
+	key, secret := e.key, e.secret
 	for _, path := range []string{"", "/", "/ec2", "/ec2/"} {
 		api := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")},
 			func(o *ec2.Options) { o.BaseEndpoint = aws.String(e.srv.URL + path); o.Retryer = aws.NopRetryer{} })
@@ -215,7 +226,7 @@ func TestEC2ZonesAndSubnets(t *testing.T) {
 	if _, err := e.c.SetZone("b", sim.ZoneUpdate{Available: &no}); err != nil {
 		t.Fatal(err)
 	}
-	key, secret := e.c.EC2Credentials()
+	key, secret := e.key, e.secret
 	west := ec2Client(e.srv.URL, key, secret, func(o *ec2.Options) { o.Region = "eu-west-2" })
 	zs, err := west.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{})
 	if err != nil {
@@ -257,21 +268,21 @@ func TestEC2ZonesAndSubnets(t *testing.T) {
 		t.Fatalf("got %d subnets in %d pages, want 6 in 2", len(subnets), pages)
 	}
 	sa := subnets[0]
-	if aws.ToString(sa.SubnetId) != "subnet-a-alpha" || aws.ToString(sa.CidrBlock) != "10.1.0.0/20" || aws.ToString(sa.AvailabilityZone) != "a" ||
+	if aws.ToString(sa.SubnetId) != sim.SubnetID("a", "alpha") || aws.ToString(sa.CidrBlock) != "10.1.0.0/20" || aws.ToString(sa.AvailabilityZone) != "a" ||
 		!aws.ToBool(sa.DefaultForAz) || sa.State != types.SubnetStateAvailable || !strings.HasPrefix(aws.ToString(sa.VpcId), "vpc-") ||
 		aws.ToInt32(sa.AvailableIpAddressCount) != 4091 || len(sa.Tags) != 1 || aws.ToString(sa.Tags[0].Key) != "muster-space" || aws.ToString(sa.Tags[0].Value) != "alpha" {
 		t.Errorf("first subnet: got %+v", sa)
 	}
-	if aws.ToBool(subnets[1].DefaultForAz) || aws.ToString(subnets[1].SubnetId) != "subnet-a-beta" {
+	if aws.ToBool(subnets[1].DefaultForAz) || aws.ToString(subnets[1].SubnetId) != sim.SubnetID("a", "beta") {
 		t.Errorf("second subnet: got %s default %v, want subnet-a-beta, not default", aws.ToString(subnets[1].SubnetId), aws.ToBool(subnets[1].DefaultForAz))
 	}
 	def, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("availability-zone", "c"), filter("default-for-az", "true")}})
-	if err != nil || len(def.Subnets) != 1 || aws.ToString(def.Subnets[0].SubnetId) != "subnet-c-alpha" {
+	if err != nil || len(def.Subnets) != 1 || aws.ToString(def.Subnets[0].SubnetId) != sim.SubnetID("c", "alpha") {
 		t.Errorf("zone c default subnet: got %+v, %v", def, err)
 	}
 	// An instance takes an address.
-	e.run(t, e.runIn(t, "subnet-c-beta", 1, 1, nil))
-	byID, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{"subnet-c-beta"}})
+	e.run(t, e.runIn(t, sim.SubnetID("c", "beta"), 1, 1, nil))
+	byID, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{sim.SubnetID("c", "beta")}})
 	if err != nil || len(byID.Subnets) != 1 || aws.ToInt32(byID.Subnets[0].AvailableIpAddressCount) != 4090 {
 		t.Errorf("subnet-c-beta after a start: got %+v, %v, want 4090 free addresses", byID, err)
 	}
@@ -374,7 +385,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 	image := e.image(t, "22.04", "arm64")
 	out := e.run(t, &ec2.RunInstancesInput{
 		ImageId: aws.String(image), InstanceType: "s1.medium", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
-		SubnetId: aws.String("subnet-b-beta"), ClientToken: aws.String("token-1"),
+		SubnetId: aws.String(sim.SubnetID("b", "beta")), ClientToken: aws.String("token-1"),
 		TagSpecifications: append(instanceTags("Name", "web-0", "team", "blue"),
 			types.TagSpecification{ResourceType: types.ResourceTypeVolume, Tags: []types.Tag{{Key: aws.String("v"), Value: aws.String("1")}}}),
 		BlockDeviceMappings: []types.BlockDeviceMapping{
@@ -391,7 +402,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 	if !strings.HasPrefix(id, "i-") || aws.ToString(in.ImageId) != image || in.InstanceType != "s1.medium" ||
 		in.State.Name != types.InstanceStateNameRunning || aws.ToInt32(in.State.Code) != 16 ||
 		aws.ToString(in.Placement.AvailabilityZone) != "b" || in.Placement.Tenancy != types.TenancyDefault ||
-		aws.ToString(in.SubnetId) != "subnet-b-beta" || !strings.HasPrefix(aws.ToString(in.VpcId), "vpc-") ||
+		aws.ToString(in.SubnetId) != sim.SubnetID("b", "beta") || !strings.HasPrefix(aws.ToString(in.VpcId), "vpc-") ||
 		!strings.HasPrefix(ip, "10.2.16.") || aws.ToString(in.PrivateDnsName) != "ip-"+strings.ReplaceAll(ip, ".", "-")+".ec2.internal" ||
 		in.Architecture != types.ArchitectureValuesArm64 || in.RootDeviceType != types.DeviceTypeEbs || aws.ToString(in.RootDeviceName) != "/dev/sda1" ||
 		aws.ToString(in.ClientToken) != "token-1" || aws.ToInt32(in.AmiLaunchIndex) != 0 || in.LaunchTime == nil || !in.LaunchTime.Equal(epoch) {
@@ -415,7 +426,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 		t.Errorf("got tags %v, want %v", tags, want)
 	}
 	if len(in.NetworkInterfaces) != 1 || aws.ToString(in.NetworkInterfaces[0].PrivateIpAddress) != ip ||
-		aws.ToString(in.NetworkInterfaces[0].SubnetId) != "subnet-b-beta" || aws.ToInt32(in.NetworkInterfaces[0].Attachment.DeviceIndex) != 0 ||
+		aws.ToString(in.NetworkInterfaces[0].SubnetId) != sim.SubnetID("b", "beta") || aws.ToInt32(in.NetworkInterfaces[0].Attachment.DeviceIndex) != 0 ||
 		!strings.HasPrefix(aws.ToString(in.NetworkInterfaces[0].NetworkInterfaceId), "eni-") {
 		t.Errorf("got network interfaces %+v", in.NetworkInterfaces)
 	}
@@ -436,7 +447,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 	// placement picks the least used zone.
 	az := e.run(t, &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
 		Placement: &types.Placement{AvailabilityZone: aws.String("c")}})
-	if aws.ToString(az.Instances[0].SubnetId) != "subnet-c-alpha" {
+	if aws.ToString(az.Instances[0].SubnetId) != sim.SubnetID("c", "alpha") {
 		t.Errorf("placement c: got subnet %s, want subnet-c-alpha", aws.ToString(az.Instances[0].SubnetId))
 	}
 	anyZone := e.run(t, &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1)})
@@ -451,13 +462,13 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 func TestEC2DescribeInstancesPagesAndFilters(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()
-	mine := e.run(t, e.runIn(t, "subnet-a-alpha", 12, 12, modelTags(testController, testModel, "batch")))
+	mine := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 12, 12, modelTags(testController, testModel, "batch")))
 	e.clock.Advance(time.Second)
-	e.run(t, e.runIn(t, "subnet-b-alpha", 3, 3, modelTags(testController, "model-2", "other")))
+	e.run(t, e.runIn(t, sim.SubnetID("b", "alpha"), 3, 3, modelTags(testController, "model-2", "other")))
 	e.clock.Advance(time.Second)
 	viaSim := mustStart(t, e.c.Provider(testController, testModel), startParams("9", "c"))
 	e.clock.Advance(time.Second)
-	e.run(t, e.runIn(t, "subnet-a-alpha", 2, 2, instanceTags("Name", "untagged")))
+	e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, instanceTags("Name", "untagged")))
 
 	got, pages := e.describeAll(t, filter("tag:"+muster.TagController, testController), filter("tag:"+muster.TagModel, testModel))
 	want := append(ids(mine.Instances), viaSim.Instance.ID)
@@ -469,7 +480,7 @@ func TestEC2DescribeInstancesPagesAndFilters(t *testing.T) {
 			t.Errorf("instance %d: launch index %d", i, aws.ToInt32(in.AmiLaunchIndex))
 		}
 	}
-	if in := got[12]; aws.ToString(in.ImageId) != e.image(t, "24.04", "amd64") || aws.ToString(in.SubnetId) != "subnet-c-alpha" || aws.ToString(in.ClientToken) != "" {
+	if in := got[12]; aws.ToString(in.ImageId) != e.image(t, "24.04", "amd64") || aws.ToString(in.SubnetId) != sim.SubnetID("c", "alpha") || aws.ToString(in.ClientToken) != "" {
 		t.Errorf("the sim-started instance: got %+v", in)
 	}
 	everything, _ := e.describeAll(t)
@@ -508,7 +519,7 @@ func TestEC2ErrorCodes(t *testing.T) {
 	ctx := context.Background()
 	image := e.image(t, "24.04", "amd64")
 	run := func(mod func(*ec2.RunInstancesInput)) error {
-		in := &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1), SubnetId: aws.String("subnet-a-alpha")}
+		in := &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1), SubnetId: aws.String(sim.SubnetID("a", "alpha"))}
 		mod(in)
 		_, err := e.api.RunInstances(ctx, in, once)
 		return err
@@ -520,7 +531,7 @@ func TestEC2ErrorCodes(t *testing.T) {
 		}
 	}
 	first := e.run(t, &ec2.RunInstancesInput{ImageId: aws.String(image), InstanceType: "s1.small", MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
-		SubnetId: aws.String("subnet-a-alpha"), ClientToken: aws.String("tok")})
+		SubnetId: aws.String(sim.SubnetID("a", "alpha")), ClientToken: aws.String("tok")})
 	live := aws.ToString(first.Instances[0].InstanceId)
 	tests := []struct {
 		name   string
@@ -547,10 +558,10 @@ func TestEC2ErrorCodes(t *testing.T) {
 			return run(func(*ec2.RunInstancesInput) {})
 		}, "InsufficientInstanceCapacity", 500},
 		{"zone full", func() error {
-			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String("subnet-b-alpha") })
+			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("b", "alpha")) })
 		}, "InsufficientInstanceCapacity", 500},
 		{"zone unavailable", func() error {
-			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String("subnet-c-beta") })
+			return run(func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("c", "beta")) })
 		}, "InsufficientInstanceCapacity", 500},
 		{"injected call error", func() error {
 			setFaults(sim.Faults{ErrorRate: map[string]float64{sim.CallDescribe: 1}})
@@ -616,7 +627,7 @@ func TestEC2ErrorCodes(t *testing.T) {
 			return err
 		}, "InvalidInstanceID.NotFound", 400},
 		{"other attribute", func() error {
-			_, err := e.api.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(live), Attribute: types.InstanceAttributeNameInstanceType}, once)
+			_, err := e.api.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(live), Attribute: types.InstanceAttributeNameKernel}, once)
 			return err
 		}, "InvalidParameterValue", 400},
 	}
@@ -687,9 +698,9 @@ func doRaw(t testing.TB, req *http.Request) (int, ec2Reply) {
 }
 
 func TestEC2Signatures(t *testing.T) {
-	e := newEC2Env(t, sim.Config{EC2AccessKey: "AKIATEST", EC2SecretKey: "s3cret"})
+	e := newEC2EnvKeys(t, sim.Config{}, ec2api.Config{AccessKey: "AKIATEST", SecretKey: "s3cret"})
 	ctx := context.Background()
-	if k, s := e.c.EC2Credentials(); k != "AKIATEST" || s != "s3cret" {
+	if k, s := e.key, e.secret; k != "AKIATEST" || s != "s3cret" {
 		t.Fatalf("credentials %s/%s", k, s)
 	}
 	if _, err := e.api.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{}); err != nil {
@@ -735,7 +746,7 @@ func TestEC2Signatures(t *testing.T) {
 func TestEC2ClientTokenIdempotency(t *testing.T) {
 	e := newEC2Env(t, sim.Config{})
 	ctx := context.Background()
-	in := e.runIn(t, "subnet-a-alpha", 2, 2, modelTags(testController, testModel, "0"))
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, modelTags(testController, testModel, "0"))
 	in.ClientToken = aws.String("launch-1")
 	first := e.run(t, in)
 	again := e.run(t, in)
@@ -762,7 +773,7 @@ func TestEC2ClientTokenIdempotency(t *testing.T) {
 		func(in *ec2.RunInstancesInput) { in.ImageId = aws.String(e.image(t, "22.04", "amd64")) },
 		func(in *ec2.RunInstancesInput) { in.MinCount = aws.Int32(1) },
 		func(in *ec2.RunInstancesInput) { in.MaxCount = aws.Int32(3) },
-		func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String("subnet-b-alpha") },
+		func(in *ec2.RunInstancesInput) { in.SubnetId = aws.String(sim.SubnetID("b", "alpha")) },
 	}
 	for i, mod := range mismatch {
 		other := *in
@@ -783,7 +794,7 @@ func TestEC2MinMaxCount(t *testing.T) {
 	}})
 	ctx := context.Background()
 	// Partial: capacity for 3 of 5.
-	part := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 5, nil))
+	part := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 5, nil))
 	if len(part.Instances) != 3 {
 		t.Fatalf("capacity 3, MaxCount 5: got %d instances", len(part.Instances))
 	}
@@ -797,7 +808,7 @@ func TestEC2MinMaxCount(t *testing.T) {
 	if err := e.c.FailNext("b", 2); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.api.RunInstances(ctx, e.runIn(t, "subnet-b-alpha", 2, 3, nil), once)
+	_, err := e.api.RunInstances(ctx, e.runIn(t, sim.SubnetID("b", "alpha"), 2, 3, nil), once)
 	wantAPIError(t, "MinCount 2 with two failures in three", err, "InsufficientInstanceCapacity", 500)
 	after := e.c.Stats()
 	if after.InstancesStarted != before.InstancesStarted || after.InstancesByZone["b"] != 0 || len(e.c.AllInstances()) != 3 {
@@ -807,7 +818,7 @@ func TestEC2MinMaxCount(t *testing.T) {
 		t.Errorf("zone b: %d failures left, want none", zs[1].FailNext)
 	}
 	// Two starts succeed, the third finds zone c full: both rolled back.
-	in := e.runIn(t, "subnet-c-alpha", 3, 3, nil)
+	in := e.runIn(t, sim.SubnetID("c", "alpha"), 3, 3, nil)
 	_, err = e.api.RunInstances(ctx, in, once)
 	wantAPIError(t, "MinCount 3 with room for 2", err, "InsufficientInstanceCapacity", 500)
 	if zs := e.c.Zones(); zs[2].Used != 0 || zs[2].Instances != 0 || e.c.Stats().InstancesStarted != before.InstancesStarted {
@@ -822,18 +833,18 @@ func TestEC2MinMaxCount(t *testing.T) {
 	}
 	// MaxCount beyond the largest batch starts a batch; MinCount beyond it
 	// is refused.
-	big := e.run(t, e.runIn(t, "subnet-b-alpha", 1, 50, nil))
+	big := e.run(t, e.runIn(t, sim.SubnetID("b", "alpha"), 1, 50, nil))
 	if len(big.Instances) != 6 {
 		t.Errorf("MaxCount 50 with MaxBatch 6: got %d instances", len(big.Instances))
 	}
-	_, err = e.api.RunInstances(ctx, e.runIn(t, "subnet-b-alpha", 7, 7, nil), once)
+	_, err = e.api.RunInstances(ctx, e.runIn(t, sim.SubnetID("b", "alpha"), 7, 7, nil), once)
 	wantAPIError(t, "MinCount above MaxBatch", err, "InvalidParameterValue", 400)
 }
 
 func TestEC2ListingLagAndTombstones(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Faults: sim.Faults{ListingLag: 10 * time.Second}})
 	ctx := context.Background()
-	out := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	out := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	id := aws.ToString(out.Instances[0].InstanceId)
 	if got, _ := e.describeAll(t); len(got) != 0 {
 		t.Errorf("during the lag: listed %v", ids(got))
@@ -897,7 +908,7 @@ func TestEC2UserData(t *testing.T) {
 	}})
 	ctx := context.Background()
 	data := append([]byte("#cloud-config\n"), 0, 0xff, '\n')
-	in := e.runIn(t, "subnet-a-alpha", 2, 2, modelTags(testController, testModel, "7"))
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 2, 2, modelTags(testController, testModel, "7"))
 	in.UserData = aws.String(base64.StdEncoding.EncodeToString(data))
 	out := e.run(t, in)
 	for _, id := range ids(out.Instances) {
@@ -910,7 +921,7 @@ func TestEC2UserData(t *testing.T) {
 			t.Errorf("%s: got user data %q (%v), want %q", id, got, err, data)
 		}
 	}
-	plain := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	plain := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	attr, err := e.api.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: plain.Instances[0].InstanceId, Attribute: types.InstanceAttributeNameUserData})
 	if err != nil || attr.UserData == nil || aws.ToString(attr.UserData.Value) != "" {
 		t.Errorf("no user data: got %+v, %v, want an empty userData", attr, err)
@@ -929,7 +940,7 @@ func TestEC2UserData(t *testing.T) {
 
 func TestEC2LostReplyRetriedWithClientToken(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Faults: sim.Faults{LoseReplies: map[string]int{sim.CallStart: 1}}})
-	in := e.runIn(t, "subnet-a-alpha", 1, 1, nil)
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil)
 	in.ClientToken = aws.String("lost-1")
 	out := e.run(t, in) // the SDK's retry gets the reply of the second try
 	all := e.c.AllInstances()
@@ -955,7 +966,7 @@ func TestEC2LostReplyRetriedWithClientToken(t *testing.T) {
 
 func TestReplyDelayHoldsTheReplyAfterTheWork(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Faults: sim.Faults{ReplyDelay: map[string]sim.Latency{sim.CallStart: {Fixed: 5 * time.Second}}}})
-	in := e.runIn(t, "subnet-a-alpha", 1, 1, nil)
+	in := e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil)
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.api.RunInstances(context.Background(), in, once)
@@ -991,47 +1002,6 @@ func TestReplyDelayHoldsTheReplyAfterTheWork(t *testing.T) {
 	}
 }
 
-func TestLoseRepliesOfTheSimsOwnCalls(t *testing.T) {
-	c := openCloud(t, sim.Config{Clock: newClock()})
-	srv := httptest.NewServer(sim.NewServer(c))
-	defer srv.Close()
-	client := sim.NewClient(srv.URL, srv.Client())
-	ctx := context.Background()
-	// Set through the admin API, as JSON.
-	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(`{"lose-replies": {"start": 2}, "reply-delay": {"zones": {"fixed": 0}}}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if f := c.Faults(); f.LoseReplies[sim.CallStart] != 2 || len(f.ReplyDelay) != 1 {
-		t.Fatalf("faults after PUT: %+v", f)
-	}
-	sp := startParams("0", "a")
-	for name, p := range map[string]muster.Provider{"in-process": c.Provider(testController, testModel), "http": client.Provider(testController, testModel)} {
-		_, err := p.StartInstance(ctx, sp)
-		if k, _ := kindOf(err); k != muster.ErrUnavailable {
-			t.Errorf("%s: got %v, want an unavailable error", name, err)
-		}
-	}
-	// The first lost start did start it; the second found it by its token.
-	res := mustStart(t, client.Provider(testController, testModel), sp)
-	if all := c.AllInstances(); len(all) != 1 || all[0].ID != res.Instance.ID || c.Stats().InstancesStarted != 1 {
-		t.Errorf("got %+v, want the one instance %s", all, res.Instance.ID)
-	}
-	for _, bad := range []string{`{"lose-replies": {"reboot": 1}}`, `{"lose-replies": {"start": -1}}`, `{"reply-delay": {"list": {"fixed": -5}}}`} {
-		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/faults", strings.NewReader(bad))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("%s: got status %d, want 400", bad, resp.StatusCode)
-		}
-	}
-}
-
 func TestEC2AndSimProviderShareTheCloud(t *testing.T) {
 	var mu sync.Mutex
 	var stopped []string
@@ -1044,7 +1014,7 @@ func TestEC2AndSimProviderShareTheCloud(t *testing.T) {
 	p := e.c.Provider(testController, testModel)
 	viaSim := mustStart(t, p, startParams("0", "a"))
 	e.clock.Advance(time.Second)
-	viaEC2 := e.run(t, e.runIn(t, "subnet-b-alpha", 1, 1, modelTags(testController, testModel, "1")))
+	viaEC2 := e.run(t, e.runIn(t, sim.SubnetID("b", "alpha"), 1, 1, modelTags(testController, testModel, "1")))
 	ec2ID := aws.ToString(viaEC2.Instances[0].InstanceId)
 
 	insts, err := p.Instances(ctx)
@@ -1104,12 +1074,12 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 	e := newEC2Env(t, sim.Config{Clock: clock, StateFile: file})
 	ctx := context.Background()
 	data := []byte("agents: [a, b]")
-	in := e.runIn(t, "subnet-c-beta", 2, 2, modelTags(testController, testModel, "batch"))
+	in := e.runIn(t, sim.SubnetID("c", "beta"), 2, 2, modelTags(testController, testModel, "batch"))
 	in.ClientToken = aws.String("b-123")
 	in.UserData = aws.String(base64.StdEncoding.EncodeToString(data))
 	first := e.run(t, in)
 	clock.Advance(time.Second)
-	gone := e.run(t, e.runIn(t, "subnet-a-alpha", 1, 1, nil))
+	gone := e.run(t, e.runIn(t, sim.SubnetID("a", "alpha"), 1, 1, nil))
 	goneID := aws.ToString(gone.Instances[0].InstanceId)
 	if _, err := e.api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{goneID}}); err != nil {
 		t.Fatal(err)
@@ -1124,7 +1094,7 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 		defer mu.Unlock()
 		restarted = append(restarted, fmt.Sprintf("%s/%d/%s", inst.ID, inst.EC2.LaunchIndex, p.UserData))
 	}})
-	srv := httptest.NewServer(sim.NewServer(c2))
+	srv := httptest.NewServer(handler(c2))
 	defer srv.Close()
 	e2 := &ec2Env{c: c2, clock: clock, srv: srv, api: ec2Client(srv.URL, sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey)}
 	after, _ := e2.describeAll(t)
@@ -1146,7 +1116,7 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 	// Once more, from the snapshot the second open wrote.
 	c2.Close()
 	c3 := openCloud(t, sim.Config{Clock: clock, StateFile: file})
-	srv3 := httptest.NewServer(sim.NewServer(c3))
+	srv3 := httptest.NewServer(handler(c3))
 	defer srv3.Close()
 	e3 := &ec2Env{c: c3, clock: clock, srv: srv3, api: ec2Client(srv3.URL, sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey)}
 	if again, _ := e3.describeAll(t); !reflect.DeepEqual(again, before) {
@@ -1173,18 +1143,28 @@ func TestEC2StateSurvivesReopen(t *testing.T) {
 func FuzzEC2Request(f *testing.F) {
 	image := "ami-" + strings.Repeat("0", 17)
 	for _, s := range []string{
-		"Action=DescribeAvailabilityZones&Version=2016-11-15&ZoneName.1=a&Filter.1.Name=state&Filter.1.Value.1=available",
-		"Action=DescribeSubnets&Version=2016-11-15&MaxResults=5&NextToken=o5&Filter.1.Name=tag:muster-space&Filter.1.Value.1=al*",
-		"Action=DescribeImages&Owner.1=099720109477&Filter.1.Name=name&Filter.1.Value.1=ubuntu/*-24.04-*",
-		"Action=DescribeInstanceTypes&MaxResults=2&InstanceType.1=s1.small",
-		"Action=RunInstances&ImageId=" + image + "&InstanceType=s1.small&MinCount=1&MaxCount=3&SubnetId=subnet-a-alpha&ClientToken=x" +
+		"Version=2016-11-15&Action=DescribeAvailabilityZones&Version=2016-11-15&ZoneName.1=a&Filter.1.Name=state&Filter.1.Value.1=available",
+		"Version=2016-11-15&Action=DescribeSubnets&Version=2016-11-15&MaxResults=5&NextToken=o5&Filter.1.Name=tag:muster-space&Filter.1.Value.1=al*",
+		"Version=2016-11-15&Action=DescribeImages&Owner.1=099720109477&Filter.1.Name=name&Filter.1.Value.1=ubuntu/*-24.04-*",
+		"Version=2016-11-15&Action=DescribeInstanceTypes&MaxResults=2&InstanceType.1=s1.small",
+		"Version=2016-11-15&Action=RunInstances&ImageId=" + image + "&InstanceType=s1.small&MinCount=1&MaxCount=3&SubnetId=subnet-a-alpha&ClientToken=x" +
 			"&TagSpecification.1.ResourceType=instance&TagSpecification.1.Tag.1.Key=k&TagSpecification.1.Tag.1.Value=v" +
 			"&BlockDeviceMapping.1.DeviceName=/dev/sdf&BlockDeviceMapping.1.Ebs.VolumeSize=2&UserData=aGk=",
-		"Action=DescribeInstances&MaxResults=5&Filter.1.Name=tag-key&Filter.1.Value.1=k&NextToken=MTIzL3ItMS8wL2ktMQ",
-		"Action=TerminateInstances&InstanceId.1=i-0123456789abcdef0&InstanceId.2=i-1",
-		"Action=DescribeInstanceAttribute&InstanceId=i-0123456789abcdef0&Attribute=userData",
-		"Action=RunInstances&MinCount=99999999999999999999&MaxCount=-1&Filter.0.Name=x&Filter.1.Value.99999=%zz",
-		"Action=DescribeInstances&InstanceId.01=i-1&Filter.1.Name=&MaxResults=1000",
+		"Version=2016-11-15&Action=DescribeInstances&MaxResults=5&Filter.1.Name=tag-key&Filter.1.Value.1=k&NextToken=MTIzL3ItMS8wL2ktMQ",
+		"Version=2016-11-15&Action=TerminateInstances&InstanceId.1=i-0123456789abcdef0&InstanceId.2=i-1",
+		"Version=2016-11-15&Action=DescribeInstanceAttribute&InstanceId=i-0123456789abcdef0&Attribute=userData",
+		"Version=2016-11-15&Action=RunInstances&MinCount=99999999999999999999&MaxCount=-1&Filter.0.Name=x&Filter.1.Value.99999=%zz",
+		"Version=2016-11-15&Action=DescribeInstances&InstanceId.01=i-1&Filter.1.Name=&MaxResults=1000",
+		"Version=2016-11-15&Action=StopInstances&InstanceId.1=i-0123456789abcdef0&Force=maybe",
+		"Version=2016-11-15&Action=StartInstances&InstanceId.1=i-0123456789abcdef0",
+		"Version=2016-11-15&Action=CreateTags&ResourceId.1=i-0123456789abcdef0&Tag.1.Key=k&Tag.1.Value=v",
+		"Version=2016-11-15&Action=DeleteTags&ResourceId.1=i-0123456789abcdef0&Tag.1.Key=k",
+		"Version=2016-11-15&Action=DescribeTags&Filter.1.Name=key&Filter.1.Value.1=k&MaxResults=5",
+		"Version=2016-11-15&Action=DescribeInstanceStatus&IncludeAllInstances=true",
+		"Version=2016-11-15&Action=DescribeVpcs&VpcId.1=vpc-1",
+		"Version=2016-11-15&Action=DescribeRegions&RegionName.1=us-east-1",
+		"Version=2016-11-15&Action=DescribeVolumes&Filter.1.Name=attachment.instance-id&Filter.1.Value.1=i-*",
+		"Action=DescribeRegions",
 		"",
 		"&&&==&",
 	} {
@@ -1196,13 +1176,13 @@ func FuzzEC2Request(f *testing.F) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return sim.NewServer(c)
+		return handler(c)
 	}
 	// The seeds' image id is a placeholder for a real one.
 	real := ""
 	{
 		rec := httptest.NewRecorder()
-		newServer(f).ServeHTTP(rec, signedRequest(f, "http://sim.test", "Action=DescribeImages", sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey))
+		newServer(f).ServeHTTP(rec, signedRequest(f, "http://sim.test", "Version=2016-11-15&Action=DescribeImages", sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey))
 		var r struct {
 			IDs []string `xml:"imagesSet>item>imageId"`
 		}
@@ -1235,3 +1215,38 @@ func FuzzEC2Request(f *testing.F) {
 
 // discardLogger keeps expected warnings out of test output.
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+const (
+	testController = "ctrl-1"
+	testModel      = "model-1"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newClock() *fakeclock.Clock { return fakeclock.New(epoch) }
+
+// handler serves c as `muster sim serve` does, with the default keys.
+func handler(c *sim.Cloud) http.Handler { return simserver.Handler(c, ec2api.New(c, ec2api.Config{})) }
+
+func openCloud(tb testing.TB, cfg sim.Config) *sim.Cloud {
+	tb.Helper()
+	c, err := sim.Open(cfg)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+func startParams(machine, zone string) muster.StartParams {
+	return muster.StartParams{MachineID: machine, Zone: zone, Base: "ubuntu@24.04", LaunchToken: "tok-" + machine}
+}
+
+func mustStart(tb testing.TB, p muster.Provider, sp muster.StartParams) muster.StartResult {
+	tb.Helper()
+	res, err := p.StartInstance(context.Background(), sp)
+	if err != nil {
+		tb.Fatalf("StartInstance(%+v): %v", sp, err)
+	}
+	return res
+}

@@ -1,4 +1,4 @@
-package sim
+package ec2api
 
 import (
 	"crypto/hmac"
@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,10 +16,15 @@ import (
 // Verification of AWS Signature Version 4 (header form, as the AWS SDKs
 // sign): the sim rebuilds the canonical request from what it received and
 // the headers the client says it signed, derives the signing key from its
-// own secret and compares signatures. Signing time is not checked against
-// the sim's clock, which may be a test's fake one.
+// own secret and compares signatures. A request dated more than maxSkew
+// away from the API's clock (Config.Clock, not the cloud's, which may be
+// a test's fake one) is refused with RequestExpired, as AWS does.
 
 const sigV4Algorithm = "AWS4-HMAC-SHA256"
+
+// maxSkew is how far a request's X-Amz-Date may be from the API's clock
+// (AWS's common RequestExpired error: 15 minutes either way).
+const maxSkew = 15 * time.Minute
 
 // sigV4Auth is a parsed Authorization header.
 type sigV4Auth struct {
@@ -61,24 +67,28 @@ func parseSigV4Auth(h string) (sigV4Auth, bool) {
 
 // verifySigV4 checks r's signature over body with the cloud's EC2 key
 // pair and returns the region of its credential scope.
-func (c *Cloud) verifySigV4(r *http.Request, body []byte) (string, *ec2Error) {
+func (api *API) verifySigV4(r *http.Request, body []byte) (string, *apiError) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", newEC2Error(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: the request is not signed")
+		return "", newError(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: the request is not signed")
 	}
 	a, ok := parseSigV4Auth(h)
 	if !ok {
-		return "", newEC2Error(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: malformed Authorization header")
+		return "", newError(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: malformed Authorization header")
 	}
-	if a.accessKey != c.ec2Key {
-		return "", newEC2Error(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials")
+	if a.accessKey != api.key {
+		return "", newError(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials")
 	}
 	amzDate := r.Header.Get("X-Amz-Date")
-	if _, err := time.Parse("20060102T150405Z", amzDate); err != nil {
-		return "", newEC2Error(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: missing or bad X-Amz-Date")
+	signed, err := time.Parse("20060102T150405Z", amzDate)
+	if err != nil {
+		return "", newError(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: missing or bad X-Amz-Date")
 	}
-	mismatch := func(why string) *ec2Error {
-		return newEC2Error(http.StatusForbidden, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided: %s", why)
+	if now := api.clock.Now(); signed.Before(now.Add(-maxSkew)) || signed.After(now.Add(maxSkew)) {
+		return "", newError(http.StatusBadRequest, "RequestExpired", "Request has expired: it is dated %s, more than %s from the server's time %s", amzDate, maxSkew, now.UTC().Format("20060102T150405Z"))
+	}
+	mismatch := func(why string) *apiError {
+		return newError(http.StatusForbidden, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided: %s", why)
 	}
 	if a.service != "ec2" {
 		return "", mismatch("credential should be scoped to correct service: 'ec2'")
@@ -86,7 +96,7 @@ func (c *Cloud) verifySigV4(r *http.Request, body []byte) (string, *ec2Error) {
 	if a.date != amzDate[:8] {
 		return "", mismatch("credential scope date does not match X-Amz-Date")
 	}
-	if !contains(a.signedHeaders, "host") || !contains(a.signedHeaders, "x-amz-date") {
+	if !slices.Contains(a.signedHeaders, "host") || !slices.Contains(a.signedHeaders, "x-amz-date") {
 		return "", mismatch("host and x-amz-date must be signed")
 	}
 	sum := sha256.Sum256(body)
@@ -101,7 +111,7 @@ func (c *Cloud) verifySigV4(r *http.Request, body []byte) (string, *ec2Error) {
 	creq := sha256.Sum256([]byte(canonical))
 	scope := a.date + "/" + a.region + "/" + a.service + "/aws4_request"
 	toSign := sigV4Algorithm + "\n" + amzDate + "\n" + scope + "\n" + hex.EncodeToString(creq[:])
-	key := hmacSHA256([]byte("AWS4"+c.ec2Secret), a.date)
+	key := hmacSHA256([]byte("AWS4"+api.secret), a.date)
 	key = hmacSHA256(key, a.region)
 	key = hmacSHA256(key, a.service)
 	key = hmacSHA256(key, "aws4_request")
