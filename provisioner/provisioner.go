@@ -414,11 +414,6 @@ func (p *Provisioner) handleChanges(ctx context.Context, cs muster.ChangeSet) er
 			return err
 		}
 	} else if len(cs.Machines) > 0 {
-		if cs.Resync {
-			// A machine removed in the trimmed gap is missing from
-			// cs.Machines: count afresh.
-			p.clearCounts()
-		}
 		if err := p.incremental(ctx, cs.Machines); err != nil {
 			return err
 		}
