@@ -144,7 +144,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	if req.Nonce == "" || req.Nonce != mc.Nonce || !mc.HasInstance() || mc.Life == muster.LifeDead {
 		return muster.Errorf(muster.ENotProvisioned, "machine %s is not provisioned with this nonce", mc.ID)
 	}
-	tok, hash := auth.NewToken()
+	tok, hash := s.newSessionToken()
 	sess := &agentSession{
 		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
 		period: m.Settings.AgentHeartbeat, periodAt: s.clock.Now(),
@@ -350,7 +350,6 @@ func (h *heartbeats) addSession(hash string, sess *agentSession) {
 	defer h.mu.Unlock()
 	if old, ok := h.byMachine[k]; ok {
 		h.s.sessions.Delete(old)
-		h.s.authFail.retire(old)
 	}
 	h.byMachine[k] = hash
 	h.s.sessions.Store(hash, sess)
@@ -525,7 +524,6 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		h.mu.Unlock()
 		for _, hash := range revoked {
 			s.sessions.Delete(hash)
-			s.authFail.retire(hash)
 		}
 		if len(us) == 0 {
 			continue

@@ -1,13 +1,18 @@
 package api
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/auth"
 )
 
 // Failed authentication (S9): every failure is logged through a throttled
@@ -25,9 +30,6 @@ const (
 	// authSourcesMax bounds the sources remembered; past it, ended windows
 	// are swept.
 	authSourcesMax = 10000
-	// retiredMax is how many ended agent sessions are remembered: their
-	// tokens are stale, not guesses, and are not counted as failures.
-	retiredMax = 4096
 )
 
 // errAuthBlocked marks a refusal of a source over its limit: status 429.
@@ -37,16 +39,13 @@ func (e errAuthBlocked) Error() string { return e.err.Error() }
 func (e errAuthBlocked) Unwrap() error { return e.err }
 
 // authFailures counts failed authentications per source address. It is
-// safe for concurrent use; a nil *authFailures does nothing.
+// safe for concurrent use.
 type authFailures struct {
 	clock muster.Clock
 	log   *slog.Logger // throttled
 
-	mu          sync.Mutex
-	sources     map[string]*failWindow
-	retired     map[string]bool // token hashes of ended agent sessions
-	retiredRing []string
-	retiredNext int
+	mu      sync.Mutex
+	sources map[string]*failWindow
 }
 
 type failWindow struct {
@@ -56,8 +55,7 @@ type failWindow struct {
 }
 
 func newAuthFailures(clock muster.Clock, log *slog.Logger) *authFailures {
-	return &authFailures{clock: clock, log: log, sources: map[string]*failWindow{},
-		retired: map[string]bool{}, retiredRing: make([]string, retiredMax)}
+	return &authFailures{clock: clock, log: log, sources: map[string]*failWindow{}}
 }
 
 // source is the address a request came from, without its port.
@@ -147,24 +145,24 @@ func (a *authFailures) sweep(now time.Time) {
 	}
 }
 
-// retire remembers the token hash of an ended agent session.
-func (a *authFailures) retire(hash string) {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if old := a.retiredRing[a.retiredNext]; old != "" {
-		delete(a.retired, old)
-	}
-	a.retiredRing[a.retiredNext] = hash
-	a.retired[hash] = true
-	a.retiredNext = (a.retiredNext + 1) % len(a.retiredRing)
+// newSessionToken returns a new agent session token and its hash. The
+// token carries a MAC under the session key, so that once its session has
+// ended (a newer login, a controller restart) it is told from a guess.
+func (s *Server) newSessionToken() (token, hash string) {
+	base, _ := auth.NewToken()
+	token = base + "." + s.sessionMAC(base)
+	return token, muster.HashSecret(token)
 }
 
-// isRetired reports whether hash is the token of a recently ended session.
-func (a *authFailures) isRetired(hash string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.retired[hash]
+func (s *Server) sessionMAC(base string) string {
+	mac := hmac.New(sha256.New, s.sessionKey)
+	mac.Write([]byte("agent session\x00" + base))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// endedSession reports whether tok is a session token this server (or a
+// controller sharing its session key) made: a stale token, not a guess.
+func (s *Server) endedSession(tok string) bool {
+	i := strings.LastIndexByte(tok, '.')
+	return i > 0 && hmac.Equal([]byte(tok[i+1:]), []byte(s.sessionMAC(tok[:i])))
 }

@@ -197,8 +197,8 @@ func TestSlowBodyCutOff(t *testing.T) {
 }
 
 // S9: the token of an agent session a newer login ended is stale, not a
-// guess: it is refused without counting as a failure, so agents that log
-// in again do not slow their address down.
+// guess (it carries the server's MAC): it is refused without counting as
+// a failure, so agents that log in again do not slow their address down.
 func TestStaleAgentTokensAreNotCounted(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()

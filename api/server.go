@@ -44,6 +44,11 @@ type Config struct {
 	// nil (an unauthenticated scrape endpoint is the controller's
 	// --metrics-listen, on an address of the operator's choosing).
 	Metrics prometheus.Gatherer
+	// SessionKey is the key of the MAC agent session tokens carry, so that
+	// the token of an ended session (a newer login, a restart) is refused
+	// without counting as a failed authentication (S9). Controllers give
+	// one that outlives a restart; nil means a random key per Server.
+	SessionKey []byte
 	// BodyTimeout bounds the time a request's body may take to arrive
 	// (S5: a client sending a byte every few seconds cannot hold a
 	// connection and a handler); 0 means no bound. It is a read deadline
@@ -91,11 +96,12 @@ type Server struct {
 	clock  muster.Clock
 	mux    *http.ServeMux
 
-	sessions sync.Map // token hash → *agentSession
-	hb       *heartbeats
-	dash     *dashboard
-	streams  streamCounts
-	authFail *authFailures
+	sessions   sync.Map // token hash → *agentSession
+	hb         *heartbeats
+	dash       *dashboard
+	streams    streamCounts
+	authFail   *authFailures
+	sessionKey []byte
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -128,6 +134,10 @@ func NewServer(cfg Config) (*Server, error) {
 		closing: make(chan struct{}),
 	}
 	s.hb = newHeartbeats(s)
+	s.sessionKey = cfg.SessionKey
+	if s.sessionKey == nil {
+		s.sessionKey = []byte(muster.NewSecret())
+	}
 	s.authFail = newAuthFailures(cfg.Clock, slog.New(logthrottle.New(cfg.Logger.Handler(), logthrottle.Options{Clock: cfg.Clock})))
 	dash, err := newDashboard()
 	if err != nil {
@@ -303,7 +313,7 @@ func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 		a := v.(*agentSession)
 		return principal{key: "agent:" + a.modelUUID + "/" + a.machineID, agent: a}, nil
 	}
-	if s.authFail.isRetired(hash) {
+	if s.endedSession(tok) {
 		return principal{}, muster.Errorf(muster.EUnauthorized, "agent session ended: log in again")
 	}
 	s.authFail.fail(r, "invalid token")

@@ -31,6 +31,7 @@ func (c *Controller) newAPI(adminTokenHash string) error {
 		Runtime:        c,
 		Metrics:        reg,
 		BodyTimeout:    c.cfg.BodyTimeout,
+		SessionKey:     c.ca.DerivedKey("agent sessions"),
 	})
 	if err != nil {
 		return err
