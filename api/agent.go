@@ -370,9 +370,10 @@ func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
 		h.beats[k] = b
 	}
 	wasDown = b.down
+	shorter := period < b.period // read under the lock, before it is replaced
 	b.last, b.period, b.down = now, period, false
 	h.mu.Unlock()
-	if !ok || wasDown || period < b.period {
+	if !ok || wasDown || shorter {
 		select {
 		case h.kick <- struct{}{}:
 		default:
