@@ -111,34 +111,40 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
+	if err := s.authFail.admit(r); err != nil {
+		return err
+	}
 	var req LoginRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	refused := muster.Errorf(muster.EUnauthorized, "invalid machine credentials")
+	refused := func(reason string) error {
+		s.authFail.fail(r, reason)
+		return muster.Errorf(muster.EUnauthorized, "invalid machine credentials")
+	}
 	ctx := r.Context()
 	if req.Model == "" || req.Machine == "" || req.Password == "" {
-		return refused
+		return refused("agent login without model, machine or password")
 	}
 	m, err := s.store.Model(ctx, req.Model)
 	if muster.IsCode(err, muster.ENotFound) {
-		return refused
+		return refused("agent login to an unknown model")
 	} else if err != nil {
 		return err
 	}
 	mc, err := s.store.Machine(ctx, m.UUID, req.Machine)
 	if muster.IsCode(err, muster.ENotFound) {
-		return refused
+		return refused("agent login as an unknown machine")
 	} else if err != nil {
 		return err
 	}
 	if !auth.TokenMatches(req.Password, mc.PasswordHash) {
-		return refused
+		return refused("agent login with a wrong password")
 	}
 	if req.Nonce == "" || req.Nonce != mc.Nonce || !mc.HasInstance() || mc.Life == muster.LifeDead {
 		return muster.Errorf(muster.ENotProvisioned, "machine %s is not provisioned with this nonce", mc.ID)
 	}
-	tok, hash := auth.NewToken()
+	tok, hash := s.newSessionToken()
 	sess := &agentSession{
 		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
 		period: m.Settings.AgentHeartbeat, periodAt: s.clock.Now(),
@@ -364,9 +370,10 @@ func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
 		h.beats[k] = b
 	}
 	wasDown = b.down
+	shorter := period < b.period // read under the lock, before it is replaced
 	b.last, b.period, b.down = now, period, false
 	h.mu.Unlock()
-	if !ok || wasDown || period < b.period {
+	if !ok || wasDown || shorter {
 		select {
 		case h.kick <- struct{}{}:
 		default:

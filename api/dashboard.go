@@ -158,8 +158,12 @@ func securePage(h http.Header) {
 func (s *Server) handleDashboardSignin(w http.ResponseWriter, r *http.Request) {
 	code := r.URL.Query().Get("code")
 	now := s.clock.Now()
+	if err := s.authFail.admit(r); err != nil {
+		s.signinPage(w, http.StatusTooManyRequests, "Too many failed sign-ins from this address; try again later.")
+		return
+	}
 	if !s.dash.codes.valid(code, now, true) {
-		s.logger.Warn("dashboard sign-in refused", "remote", r.RemoteAddr)
+		s.authFail.fail(r, "dashboard sign-in with an invalid code")
 		s.signinPage(w, http.StatusUnauthorized, "This sign-in link is not valid: it has expired or was used already.")
 		return
 	}

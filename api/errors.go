@@ -74,6 +74,9 @@ func writeError(w http.ResponseWriter, logger *slog.Logger, r *http.Request, err
 	if errors.Is(err, errTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
+	if errors.As(err, new(errAuthBlocked)) {
+		status = http.StatusTooManyRequests
+	}
 	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: msg}})
 }
 

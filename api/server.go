@@ -13,12 +13,14 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/auth"
+	"github.com/musterhq/muster/internal/logthrottle"
 )
 
 // Config configures a Server.
@@ -38,8 +40,20 @@ type Config struct {
 	// means none: no zones, no provisioner errors, every model's agents
 	// monitored, no model validation, no agent binaries.
 	Runtime Runtime
-	// Metrics is served at /metrics (without authentication) when not nil.
+	// Metrics is served at /metrics, to the admin token only, when not
+	// nil (an unauthenticated scrape endpoint is the controller's
+	// --metrics-listen, on an address of the operator's choosing).
 	Metrics prometheus.Gatherer
+	// SessionKey is the key of the MAC agent session tokens carry, so that
+	// the token of an ended session (a newer login, a restart) is refused
+	// without counting as a failed authentication (S9). Controllers give
+	// one that outlives a restart; nil means a random key per Server.
+	SessionKey []byte
+	// BodyTimeout bounds the time a request's body may take to arrive
+	// (S5: a client sending a byte every few seconds cannot hold a
+	// connection and a handler); 0 means no bound. It is a read deadline
+	// on the connection, so it is wall time, not Clock time.
+	BodyTimeout time.Duration
 }
 
 // Runtime is what the Server needs from the controller that runs the
@@ -82,10 +96,12 @@ type Server struct {
 	clock  muster.Clock
 	mux    *http.ServeMux
 
-	sessions sync.Map // token hash → *agentSession
-	hb       *heartbeats
-	dash     *dashboard
-	streams  streamCounts
+	sessions   sync.Map // token hash → *agentSession
+	hb         *heartbeats
+	dash       *dashboard
+	streams    streamCounts
+	authFail   *authFailures
+	sessionKey []byte
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -118,6 +134,11 @@ func NewServer(cfg Config) (*Server, error) {
 		closing: make(chan struct{}),
 	}
 	s.hb = newHeartbeats(s)
+	s.sessionKey = cfg.SessionKey
+	if s.sessionKey == nil {
+		s.sessionKey = []byte(muster.NewSecret())
+	}
+	s.authFail = newAuthFailures(cfg.Clock, slog.New(logthrottle.New(cfg.Logger.Handler(), logthrottle.Options{Clock: cfg.Clock})))
 	dash, err := newDashboard()
 	if err != nil {
 		return nil, fmt.Errorf("api server: dashboard pages: %w", err)
@@ -166,7 +187,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET "+AgentBinaryPath+"{sha256}", s.handleAgentBinary)
 
 	if s.cfg.Metrics != nil {
-		m.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slogPromLogger{s.logger}}))
+		h := promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slogPromLogger{s.logger}})
+		m.Handle("GET /metrics", a(func(w http.ResponseWriter, r *http.Request) error {
+			h.ServeHTTP(w, r)
+			return nil
+		}))
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, muster.Errorf(muster.ENotFound, "no API endpoint %s %s", r.Method, r.URL.Path))
@@ -191,6 +216,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, StatusOf(muster.EInternal), errorBody{Error: errorDetail{Code: muster.EInternal, Message: "internal error"}})
 		}
 	}()
+	if d := s.cfg.BodyTimeout; d > 0 && r.Body != nil && r.Body != http.NoBody {
+		// Only a request with a body: the server reads a bodiless
+		// request's connection in the background from the start (to see
+		// the client go), and a deadline there would end a long answer
+		// such as an event stream. Once a body is read to its end, the
+		// server clears the deadline itself before that background read.
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -269,13 +302,21 @@ func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 		}
 		return principal{}, muster.Errorf(muster.EUnauthorized, "no bearer token given")
 	}
+	if err := s.authFail.admit(r); err != nil {
+		return principal{}, err
+	}
 	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
 		return principal{key: "admin", admin: true}, nil
 	}
-	if v, ok := s.sessions.Load(muster.HashSecret(tok)); ok {
+	hash := muster.HashSecret(tok)
+	if v, ok := s.sessions.Load(hash); ok {
 		a := v.(*agentSession)
 		return principal{key: "agent:" + a.modelUUID + "/" + a.machineID, agent: a}, nil
 	}
+	if s.endedSession(tok) {
+		return principal{}, muster.Errorf(muster.EUnauthorized, "agent session ended: log in again")
+	}
+	s.authFail.fail(r, "invalid token")
 	return principal{}, muster.Errorf(muster.EUnauthorized, "invalid token")
 }
 

@@ -2,15 +2,8 @@ package api_test
 
 import (
 	"context"
-	"net/http"
-	"reflect"
-	"sort"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
@@ -146,53 +139,6 @@ func TestEventStreamErrors(t *testing.T) {
 	wantCode(t, err, muster.ENotFound)
 	_, err = h.admin.FollowEvents(ctx, "default", api.FollowOptions{Machine: "x"})
 	wantCode(t, err, muster.EInvalid)
-}
-
-func TestMetrics(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(api.NewMachineCollector(c.Store, nil))
-		c.Metrics = reg
-	})
-	h.addMachines(t, api.AddMachinesRequest{Count: 3})
-	h.provision(t, "2", "a")
-	if err := h.store.UpdateMachines(context.Background(), h.model.UUID, []muster.MachineUpdate{{ID: "2", Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := h.anon.HTTPClient().Get(h.ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("got status %d, want 200", resp.StatusCode)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fam, ok := fams["muster_machines"]
-	if !ok {
-		t.Fatalf("no muster_machines in %v", fams)
-	}
-	got := map[string]float64{}
-	for _, m := range fam.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		got[labels["model"]+"/"+labels["status"]+"/"+labels["instance_status"]] = m.GetGauge().GetValue()
-	}
-	want := map[string]float64{"default/pending/": 2, "default/started/running": 1}
-	if !reflect.DeepEqual(got, want) {
-		keys := make([]string, 0, len(got))
-		for k := range got {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		t.Errorf("got %v, want %v", got, want)
-	}
 }
 
 func TestNoMetricsWithoutGatherer(t *testing.T) {

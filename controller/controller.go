@@ -6,7 +6,6 @@ package controller
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,8 +22,10 @@ import (
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/internal/datadir"
+	"github.com/musterhq/muster/internal/connlimit"
 	"github.com/musterhq/muster/provisioner"
 	"github.com/musterhq/muster/sqlstore"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Keys of the controller config kept in the store.
@@ -105,6 +106,20 @@ type Config struct {
 	// SimAgentBootDelay is how long a simulated instance "boots" before
 	// its agent starts (SPEC §3.1); default 1s.
 	SimAgentBootDelay time.Duration
+	// IdleTimeout closes an API connection idle this long between
+	// requests; default 30s (S5).
+	IdleTimeout time.Duration
+	// BodyTimeout bounds the time a request body may take to arrive;
+	// default 30s (S5).
+	BodyTimeout time.Duration
+	// MaxConns caps the API's open connections; at the cap the longest
+	// idle one is closed to make room. Default: the open-file limit less
+	// a reserve for the store and clients (S5).
+	MaxConns int
+	// MetricsListen, when set (host:port), serves /metrics there without
+	// authentication, over plain HTTP, for Prometheus; on the API port
+	// /metrics takes the admin token (S7).
+	MetricsListen string
 }
 
 // Controller is a running controller: store, HTTPS API, and one
@@ -131,8 +146,14 @@ type Controller struct {
 	lock     *datadir.Lock // the data dir's lock, held until Close (S1)
 	listener net.Listener
 	server   *http.Server
+	limiter  *connlimit.Limiter
 	api      *api.Server
 	metrics  *metrics
+	// metricsReg is every metric of the controller; metricsServer serves
+	// it on metricsListener without authentication (MetricsListen).
+	metricsReg      *prometheus.Registry
+	metricsServer   *http.Server
+	metricsListener net.Listener
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -283,23 +304,15 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 	if err := c.newAPI(kv[cfgAdminTokenHash]); err != nil {
 		return nil, err
 	}
-	c.server = &http.Server{
-		Handler:           c.api,
-		TLSConfig:         auth.ServerTLSConfig(cert),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	if err := c.newHTTPServer(cert); err != nil {
+		return nil, err
 	}
 	if err := c.registry.RegisterController(ctx, c.id, c.apiAddress, registerTTL); err != nil {
 		return nil, fmt.Errorf("register controller: %w", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.wg.Add(3)
-	go func() {
-		defer c.wg.Done()
-		if err := c.server.Serve(tls.NewListener(c.listener, c.server.TLSConfig)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			c.log.Error("api server stopped", "err", err)
-		}
-	}()
+	c.serveHTTP()
+	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()
 		c.runModels()
@@ -723,6 +736,11 @@ func (c *Controller) close(ctx context.Context) error {
 			c.server.Close()
 		}
 	}
+	if c.metricsServer != nil {
+		if e := c.metricsServer.Shutdown(ctx); e != nil {
+			c.metricsServer.Close()
+		}
+	}
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -761,6 +779,9 @@ func (c *Controller) close(ctx context.Context) error {
 func (c *Controller) closeResources() {
 	if c.listener != nil {
 		c.listener.Close()
+	}
+	if c.metricsListener != nil {
+		c.metricsListener.Close()
 	}
 	if c.store != nil {
 		c.store.Close()

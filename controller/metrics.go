@@ -1,15 +1,20 @@
 package controller
 
 import (
+	"sync"
 	"time"
 
 	"github.com/musterhq/muster/provisioner"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the controller's Prometheus metrics (DESIGN §4). Machines by
-// status come from api.MachineCollector; the rest from the provisioners.
+// metrics are the controller's Prometheus metrics (DESIGN §4), all kept
+// by the provisioners: machines by status too, so a scrape costs the same
+// whatever the number of machines and never reads the store (S7). A model
+// whose provisioner runs on another controller sharing the store is
+// reported by that controller.
 type metrics struct {
+	machines    *machineCounts
 	calls       *prometheus.CounterVec
 	callSeconds *prometheus.HistogramVec
 	provisioned *prometheus.HistogramVec
@@ -22,6 +27,12 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		machines: &machineCounts{
+			byModel: map[string]map[provisioner.MachineKey]int{},
+			desc: prometheus.NewDesc("muster_machines",
+				"Machines by model, machine status and instance status.",
+				[]string{"model", "status", "instance_status"}, nil),
+		},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "muster_provider_calls_total", Help: "Provider calls by model, kind and outcome.",
 		}, []string{"model", "kind", "outcome"}),
@@ -49,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "muster_provider_rate_limit", Help: "Current client-side provider call rate, per second.",
 		}, []string{"model"}),
 	}
-	reg.MustRegister(m.calls, m.callSeconds, m.provisioned, m.queued, m.workers, m.harvested, m.throttles, m.rate)
+	reg.MustRegister(m.machines, m.calls, m.callSeconds, m.provisioned, m.queued, m.workers, m.harvested, m.throttles, m.rate)
 	return m
 }
 
@@ -58,6 +69,7 @@ func (m *metrics) observer(model string) provisioner.Observer { return modelObse
 
 // forget drops a removed model's series.
 func (m *metrics) forget(model string) {
+	m.machines.set(model, nil)
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.calls, m.callSeconds, m.provisioned, m.queued, m.workers, m.harvested, m.throttles, m.rate} {
@@ -95,4 +107,39 @@ func (o modelObserver) Harvested(kind string, n int) {
 func (o modelObserver) Throttled(kind string, rate float64) {
 	o.m.throttles.WithLabelValues(o.model, kind).Inc()
 	o.m.rate.WithLabelValues(o.model).Set(rate)
+}
+
+func (o modelObserver) Machines(counts map[provisioner.MachineKey]int) {
+	o.m.machines.set(o.model, counts)
+}
+
+// machineCounts is muster_machines{model, status, instance_status}: the
+// counts each model's provisioner last reported.
+type machineCounts struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	byModel map[string]map[provisioner.MachineKey]int
+}
+
+// set replaces a model's counts; nil drops the model.
+func (c *machineCounts) set(model string, counts map[provisioner.MachineKey]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if counts == nil {
+		delete(c.byModel, model)
+		return
+	}
+	c.byModel[model] = counts
+}
+
+func (c *machineCounts) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *machineCounts) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for model, counts := range c.byModel {
+		for k, n := range counts {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), model, string(k.Status), string(k.InstanceStatus))
+		}
+	}
 }

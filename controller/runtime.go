@@ -17,9 +17,10 @@ var _ api.Runtime = (*Controller)(nil)
 
 // newAPI builds the API server over the controller and its metrics.
 func (c *Controller) newAPI(adminTokenHash string) error {
+	c.cfg.serverDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(api.NewMachineCollector(c.store, c.log))
+	c.metricsReg = reg
 	c.metrics = newMetrics(reg)
 	srv, err := api.NewServer(api.Config{
 		Store:          c.store,
@@ -29,6 +30,8 @@ func (c *Controller) newAPI(adminTokenHash string) error {
 		Clock:          c.cfg.Clock,
 		Runtime:        c,
 		Metrics:        reg,
+		BodyTimeout:    c.cfg.BodyTimeout,
+		SessionKey:     c.ca.DerivedKey("agent sessions"),
 	})
 	if err != nil {
 		return err

@@ -75,6 +75,18 @@ type Observer interface {
 	// Throttled reports a throttled call and the client-side rate after
 	// slowing down, in calls per second.
 	Throttled(kind string, rate float64)
+	// Machines reports the model's machines by status and instance status
+	// each time the counts change. The loop keeps them from the machines
+	// it reads anyway (every full pass and every change), so metrics never
+	// read the store (S7). The map is the observer's to keep.
+	Machines(counts map[MachineKey]int)
+}
+
+// MachineKey is a machine status and instance status: the labels of the
+// machine counts.
+type MachineKey struct {
+	Status         muster.MachineStatus
+	InstanceStatus muster.InstanceStatus
 }
 
 type nopObserver struct{}
@@ -84,3 +96,4 @@ func (nopObserver) Provisioned(bool, time.Duration)            {}
 func (nopObserver) Queue(int, int)                             {}
 func (nopObserver) Harvested(string, int)                      {}
 func (nopObserver) Throttled(string, float64)                  {}
+func (nopObserver) Machines(map[MachineKey]int)                {}

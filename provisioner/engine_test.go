@@ -222,8 +222,9 @@ func (o *obs) Provisioned(ok bool, _ time.Duration) {
 		o.fail++
 	}
 }
-func (o *obs) Queue(int, int)        {}
-func (o *obs) Harvested(string, int) {}
+func (o *obs) Queue(int, int)                          {}
+func (o *obs) Machines(map[provisioner.MachineKey]int) {}
+func (o *obs) Harvested(string, int)                   {}
 func (o *obs) Throttled(_ string, rate float64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

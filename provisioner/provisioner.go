@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"maps"
 
 	"fmt"
 	"log/slog"
@@ -68,6 +69,11 @@ type Provisioner struct {
 	retryTimer muster.Timer
 	retryNext  time.Time // when retryTimer fires
 	youngTimer muster.Timer
+	// counted is every machine's key as last read, counts their totals
+	// (Observer.Machines); countsChanged says they are to be reported.
+	counted       map[string]MachineKey
+	counts        map[MachineKey]int
+	countsChanged bool
 }
 
 // mstate is the loop's marks for one machine.
@@ -129,6 +135,8 @@ func New(cfg Config) (*Provisioner, error) {
 		waiting:      map[*startJob]time.Time{},
 		groups:       map[string]bool{},
 		binCache:     map[string]binariesEntry{},
+		counted:      map[string]MachineKey{},
+		counts:       map[MachineKey]int{},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -317,6 +325,10 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 			zs := p.zones.snapshot()
 			p.zoneView.Store(&zs)
 		}
+		if p.countsChanged {
+			p.countsChanged = false
+			p.obs.Machines(maps.Clone(p.counts))
+		}
 		in := p.receive(ctx, w, p.cfg.Idle == nil)
 		if in.wake == wakeNone {
 			// Nothing is ready: the loop has handled everything up to
@@ -467,6 +479,43 @@ func (p *Provisioner) tidy(id string) {
 	}
 }
 
+// count counts m as read now.
+func (p *Provisioner) count(m *muster.Machine) {
+	k := MachineKey{m.Status, m.InstanceStatus}
+	old, ok := p.counted[m.ID]
+	if ok && old == k {
+		return
+	}
+	if ok {
+		p.discount(old)
+	}
+	p.counted[m.ID] = k
+	p.counts[k]++
+	p.countsChanged = true
+}
+
+// uncount stops counting a machine that no longer exists.
+func (p *Provisioner) uncount(id string) {
+	if k, ok := p.counted[id]; ok {
+		delete(p.counted, id)
+		p.discount(k)
+		p.countsChanged = true
+	}
+}
+
+func (p *Provisioner) discount(k MachineKey) {
+	if p.counts[k]--; p.counts[k] <= 0 {
+		delete(p.counts, k)
+	}
+}
+
+// clearCounts forgets every count, before the machines are read in full.
+func (p *Provisioner) clearCounts() {
+	clear(p.counted)
+	clear(p.counts)
+	p.countsChanged = true
+}
+
 // forget drops a machine that no longer exists (P1).
 func (p *Provisioner) forget(id string) {
 	p.zones.forget(id)
@@ -483,12 +532,14 @@ func (p *Provisioner) incremental(ctx context.Context, ids []string) error {
 		return fmt.Errorf("read machines: %w", err)
 	}
 	found := make(map[string]bool, len(ms))
-	for _, m := range ms {
-		found[m.ID] = true
+	for i := range ms {
+		found[ms[i].ID] = true
+		p.count(&ms[i])
 	}
 	for _, id := range ids {
 		if !found[id] {
 			p.forget(id)
+			p.uncount(id)
 		}
 	}
 	return p.process(ctx, ms, nil, nil)
@@ -520,6 +571,10 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	ms, err := p.cfg.Store.Machines(ctx, p.modelUUID, nil)
 	if err != nil {
 		return fmt.Errorf("read machines: %w", err)
+	}
+	p.clearCounts()
+	for i := range ms {
+		p.count(&ms[i])
 	}
 	rel, err := p.cfg.Store.ReleasedInstances(ctx, p.modelUUID)
 	if err != nil {
