@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -102,6 +103,14 @@ func TestSoak(t *testing.T) {
 				held.Close()
 				if ctx.Err() != nil || i == 3 {
 					return
+				}
+				// Reconnect after a random pause, as real clients back
+				// off: every connection was opened at once, so without it
+				// all of them would reconnect in the same instant.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Duration(rand.Int64N(int64(5 * time.Second)))):
 				}
 				redials.Add(1)
 				if conn, wait, err = hold(); err != nil {
