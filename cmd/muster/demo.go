@@ -314,13 +314,16 @@ func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Wr
 	if err != nil {
 		return fmt.Errorf("remove demo model: %w", err)
 	}
-	goals := map[string]api.Goal{}
-	for id := range st.Machines {
+	goals, alive := map[string]api.Goal{}, map[string]api.Goal{}
+	for id, m := range st.Machines {
 		goals[id] = api.Removed
+		if m.Life != string(muster.LifeDead) {
+			alive[id] = api.Removed // dead ones are on their way out already
+		}
 	}
-	if len(goals) > 0 {
+	if len(alive) > 0 {
 		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(goals), model)
-		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: sortedIDs(goals), Force: true}); err != nil {
+		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: sortedIDs(alive), Force: true}); err != nil {
 			return fmt.Errorf("remove demo machines: %w", err)
 		}
 	}
