@@ -364,6 +364,8 @@ func TestHATwoControllersTakeover(t *testing.T) {
 
 	leader.Crash()
 	crashed := time.Now()
+	testutil.EventuallyWithin(t, takeoverDeadline, "the other controller runs the model's provisioner", func() bool { return follower.Runs(m.UUID) })
+	t.Logf("the other controller ran the provisioner %s after the crash (lease TTL %s): an observation, not a check", time.Since(crashed).Round(10*time.Millisecond), a.Config().LeaseTTL)
 	more := addMachines(t, fc, "ha", 3)
 	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the crash provisioned by the other controller", func() bool {
 		return allProvisioned(t, fc, "ha", more)
@@ -621,9 +623,19 @@ func TestHAKilledControllerProcess(t *testing.T) {
 		t.Fatalf("client config lists %v (err %v), want both controllers", cc, err)
 	}
 
+	otherID, err := os.ReadFile(filepath.Join(tmp, other, controller.IDFile))
+	if err != nil {
+		t.Fatal(err)
+	}
 	procs[leader].kill()
 	delete(procs, leader)
 	killed := time.Now()
+	testutil.EventuallyWithin(t, takeoverDeadline, "controller "+other+" holds the model's lease", func() bool {
+		var h string
+		err := db.QueryRow(`SELECT holder FROM leases WHERE name = $1`, controller.LeaseName(uuid)).Scan(&h)
+		return err == nil && h == strings.TrimSpace(string(otherID))
+	})
+	t.Logf("controller %s killed; %s held the model's lease %s later (default lease TTL): an observation, not a check", leader, other, time.Since(killed).Round(10*time.Millisecond))
 	more := lines(cli("add-machine", "-n", "3"))
 	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the kill provisioned by controller "+other, func() bool {
 		return len(provisionedIDs()) == len(first)+len(more)
