@@ -5,6 +5,7 @@
 //
 //	go run ./bench [--machines N] [--json] [--scenario convergence|event-latency]
 //	go run ./bench --policy juju [--machines N] [--adds 20] [--json]
+//	MUSTER_TEST_POSTGRES=postgres://… go run ./bench --scenario failover [--machines 20] [--json]
 //
 // The convergence scenario runs N machines of one group twice: "single"
 // (batch-starts off: one instance a call) and "batched" (batch starts of
@@ -17,7 +18,9 @@
 // each took to reach the provider's start call, and how many full
 // instance listings the sim saw meanwhile (E1 wants none). --policy juju
 // runs the convergence fleet with muster's engine and with a model of
-// Juju's provisioner policy (juju.go) side by side.
+// Juju's provisioner policy (juju.go) side by side. The failover scenario
+// (failover.go) kills the controller running a model on PostgreSQL five
+// times and reports how long another one took to run it.
 package main
 
 import (
@@ -49,10 +52,11 @@ func run(args []string, out, errOut io.Writer) error {
 	fs.SetOutput(errOut)
 	machines := fs.Int("machines", 0, "machines to provision (default 1000; 10000 for event-latency)")
 	asJSON := fs.Bool("json", false, "print one JSON line instead of a table")
-	scenario := fs.String("scenario", "convergence", "convergence or event-latency")
+	scenario := fs.String("scenario", "convergence", "convergence, event-latency or failover (needs MUSTER_TEST_POSTGRES)")
 	adds := fs.Int("adds", 20, "single-machine adds measured by event-latency, or made after convergence by --policy juju")
 	policy := fs.String("policy", "", "juju: run the convergence fleet with muster's engine and with Juju's provisioner policy, side by side")
-	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s)")
+	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s; failover: each wait 30s)")
+	musterBin := fs.String("muster", "", "failover: the muster binary to run (default: built from this module)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -132,8 +136,33 @@ func run(args []string, out, errOut io.Writer) error {
 			return printJSON(out, res)
 		}
 		printEventLatency(out, res)
+	case "failover":
+		n := *machines
+		if n == 0 {
+			n = 20
+		}
+		if n < 1 {
+			return fmt.Errorf("bad --machines %d: want at least 1", n)
+		}
+		to := *timeout
+		if to == 0 {
+			to = 30 * time.Second
+		}
+		res, err := runFailover(ctx, n, *musterBin, to)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			err = printJSON(out, res)
+		} else {
+			printFailover(out, res)
+		}
+		if err == nil && (res.Overlaps > 0 || res.Duplicates > 0) {
+			err = fmt.Errorf("failover: %d overlapping provisioner runs, %d machines with more than one instance", res.Overlaps, res.Duplicates)
+		}
+		return err
 	default:
-		return fmt.Errorf("bad --scenario %q: want convergence or event-latency", *scenario)
+		return fmt.Errorf("bad --scenario %q: want convergence, event-latency or failover", *scenario)
 	}
 	return nil
 }

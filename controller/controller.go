@@ -45,13 +45,21 @@ const IDFile = "controller-id"
 
 // Timings of the controllers sharing a store.
 const (
-	// defaultLeaseTTL is the life of a model lease; the holder renews it
-	// every third of it and stops provisioning a fifth of it before it
-	// could expire.
-	defaultLeaseTTL = 10 * time.Second
-	// leasePoll is how often a controller that runs no provisioner for a
-	// model tries to take its lease.
-	leasePoll = time.Second
+	// sharedLeaseTTL is the life of a model lease on a shared
+	// (PostgreSQL) store; the holder renews it every third of it, on the
+	// store's lease connection, and stops provisioning a fifth of it
+	// before it could expire. After a kill -9 another controller takes
+	// the model over within the TTL plus a poll (docs/architecture.md).
+	sharedLeaseTTL = 2500 * time.Millisecond
+	// soloLeaseTTL is the life of a model lease on SQLite, where one
+	// controller runs (its data dir is locked) and nothing waits for the
+	// lease to expire: long, so that a busy controller whose renewal
+	// queues behind the store's writes is not stopped for it.
+	soloLeaseTTL = 30 * time.Second
+	// maxLeasePoll bounds how often a controller that runs no provisioner
+	// for a model tries to take its lease: every tenth of the TTL, at
+	// most every maxLeasePoll.
+	maxLeasePoll = time.Second
 	// registerTTL is how long a controller's registered API address lives
 	// without a refresh; it is refreshed every registerEvery.
 	registerTTL   = 30 * time.Second
@@ -92,7 +100,9 @@ type Config struct {
 	// default model is created only when it is set: an embedded sim lives
 	// in one controller's data dir.
 	DefaultSimEndpoint string
-	// LeaseTTL is the life of a model lease; default 10s.
+	// LeaseTTL is the life of a model lease; default 2.5s on PostgreSQL,
+	// 30s on SQLite. A controller without the lease tries to take it every
+	// tenth of it (at most every second).
 	LeaseTTL time.Duration
 	// Providers are the provider kinds models may use, by provider name
 	// (DESIGN §1: the map is built by the caller, in cmd/muster);
@@ -209,7 +219,10 @@ func Open(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg.StoreURL = "sqlite://" + filepath.Join(cfg.DataDir, "muster.db")
 	}
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = defaultLeaseTTL
+		cfg.LeaseTTL = soloLeaseTTL
+		if isSharedStore(cfg.StoreURL) {
+			cfg.LeaseTTL = sharedLeaseTTL
+		}
 	}
 	if cfg.SimAgentBootDelay <= 0 {
 		cfg.SimAgentBootDelay = time.Second
@@ -609,7 +622,7 @@ func (c *Controller) leadModel(ctx context.Context, l *modelLease) {
 	var r *modelRunner // while this controller runs the provisioner
 	lr := &leaseRunner{
 		leases: c.leases, name: LeaseName(l.uuid), holder: c.id,
-		ttl: c.cfg.LeaseTTL, poll: leasePoll, clock: c.cfg.Clock,
+		ttl: c.cfg.LeaseTTL, poll: min(c.cfg.LeaseTTL/10, maxLeasePoll), clock: c.cfg.Clock,
 		log: c.log.With("model", l.name),
 		start: func(ctx context.Context) (bool, error) {
 			var err error

@@ -24,7 +24,8 @@ func checkTTL(what string, ttl time.Duration) error {
 
 // ClaimLease claims the lease name for holder: it is taken when free or
 // expired and extended when holder holds it already, in one statement
-// whose row lock makes concurrent claims agree on one winner.
+// whose row lock makes concurrent claims agree on one winner. It runs on
+// the lease connection (Store.ldb), never queued behind other writes.
 func (s *Store) ClaimLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, time.Time, error) {
 	switch {
 	case name == "":
@@ -37,14 +38,14 @@ func (s *Store) ClaimLease(ctx context.Context, name, holder string, ttl time.Du
 	}
 	var held bool
 	var expires int64
-	err := s.write(ctx, func(t *wtx) error {
-		now, err := s.d.now(ctx, s, t.tx)
+	err := s.leaseTx(ctx, func(tx *sql.Tx) error {
+		now, err := s.d.now(ctx, s, tx)
 		if err != nil {
 			return fmt.Errorf("claim lease %s: read clock: %w", name, err)
 		}
-		err = t.queryRow(ctx, `INSERT INTO leases (name, holder, expires) VALUES (?, ?, ?)
+		err = tx.QueryRowContext(ctx, s.d.rebind(`INSERT INTO leases (name, holder, expires) VALUES (?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires = excluded.expires
-			WHERE leases.holder = excluded.holder OR leases.expires <= ? RETURNING expires`,
+			WHERE leases.holder = excluded.holder OR leases.expires <= ? RETURNING expires`),
 			name, holder, nanos(now.Add(ttl)), nanos(now)).Scan(&expires)
 		if err == nil {
 			held = true
@@ -55,7 +56,7 @@ func (s *Store) ClaimLease(ctx context.Context, name, holder string, ttl time.Du
 		}
 		held = false
 		var other string
-		if err := t.queryRow(ctx, `SELECT holder, expires FROM leases WHERE name = ?`, name).Scan(&other, &expires); err != nil {
+		if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT holder, expires FROM leases WHERE name = ?`), name).Scan(&other, &expires); err != nil {
 			return fmt.Errorf("claim lease %s: read holder: %w", name, err)
 		}
 		return nil
@@ -68,12 +69,32 @@ func (s *Store) ClaimLease(ctx context.Context, name, holder string, ttl time.Du
 
 // ReleaseLease frees the lease if holder holds it.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
-	return s.write(ctx, func(t *wtx) error {
-		if _, err := t.exec(ctx, `DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder); err != nil {
+	return s.leaseTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM leases WHERE name = ? AND holder = ?`), name, holder); err != nil {
 			return fmt.Errorf("release lease %s: %w", name, err)
 		}
 		return nil
 	})
+}
+
+// leaseTx runs fn in a transaction on the lease connection. Leases record
+// no changes: no watcher sees them.
+func (s *Store) leaseTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	tx, err := s.ldb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // LeaseHolder returns the lease's holder and expiry, or "" when it is free

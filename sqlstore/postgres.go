@@ -92,8 +92,9 @@ func rebindDollar(q string) string {
 	return b.String()
 }
 
-// openPostgres opens a PostgreSQL store: a pool of connections and one
-// more that LISTENs for the changes of every process.
+// openPostgres opens a PostgreSQL store: a pool of connections, one
+// connection for leases and one that LISTENs for the changes of every
+// process.
 func openPostgres(ctx context.Context, url string, o options) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -111,8 +112,20 @@ func openPostgres(ctx context.Context, url string, o options) (*Store, error) {
 	// PostgreSQL runs writers side by side (row locks order them), so
 	// reads and writes share one pool.
 	s.rdb = s.wdb
+	// Leases on a connection of their own (see Store.ldb), kept open; a
+	// broken one is replaced at the next claim.
+	s.ldb = stdlib.OpenDB(*cfg)
+	s.ldb.SetMaxOpenConns(1)
+	s.ldb.SetMaxIdleConns(1)
+	s.ldb.SetConnMaxIdleTime(0)
+	if err := s.ldb.PingContext(ctx); err != nil {
+		s.ldb.Close()
+		s.wdb.Close()
+		return nil, fmt.Errorf("open %s: lease connection: %w", where, err)
+	}
 	l, err := listen(ctx, cfg)
 	if err != nil {
+		s.ldb.Close()
 		s.wdb.Close()
 		return nil, fmt.Errorf("open %s: listen for changes: %w", where, err)
 	}

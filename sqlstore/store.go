@@ -32,9 +32,14 @@ var _ muster.Store = (*Store)(nil)
 // Store is a muster.Store on an SQL database. Its methods are safe for
 // concurrent use.
 type Store struct {
-	d     *dialect
-	wdb   *sql.DB // writes: one connection, so writers queue instead of failing busy
-	rdb   *sql.DB // reads: several connections in parallel
+	d   *dialect
+	wdb *sql.DB // writes: one connection, so writers queue instead of failing busy
+	rdb *sql.DB // reads: several connections in parallel
+	// ldb claims and releases leases. On PostgreSQL it is a connection of
+	// its own, outside the pool the other writes go through, so that no
+	// load of theirs can delay a renewal; on SQLite, whose writes queue on
+	// one connection anyway, it is wdb.
+	ldb   *sql.DB
 	clock muster.Clock
 	log   *slog.Logger
 	poll  time.Duration
@@ -142,6 +147,7 @@ func openSQLite(ctx context.Context, url string, o options) (*Store, error) {
 	s.wdb.SetMaxIdleConns(1)
 	s.wdb.SetConnMaxLifetime(0)
 	s.wdb.SetConnMaxIdleTime(0)
+	s.ldb = s.wdb
 	if err := s.migrate(ctx); err != nil {
 		s.wdb.Close()
 		return nil, fmt.Errorf("open %s: %w", file, err)
@@ -248,6 +254,9 @@ func (s *Store) Close() error {
 		}
 		s.stmtMu.Unlock()
 		err = errors.Join(s.rdb.Close(), s.wdb.Close())
+		if s.ldb != s.wdb {
+			err = errors.Join(err, s.ldb.Close())
+		}
 	})
 	return err
 }

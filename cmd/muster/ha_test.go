@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -364,6 +365,8 @@ func TestHATwoControllersTakeover(t *testing.T) {
 
 	leader.Crash()
 	crashed := time.Now()
+	testutil.EventuallyWithin(t, takeoverDeadline, "the other controller runs the model's provisioner", func() bool { return follower.Runs(m.UUID) })
+	t.Logf("the other controller ran the provisioner %s after the crash (lease TTL %s): an observation, not a check", time.Since(crashed).Round(10*time.Millisecond), a.Config().LeaseTTL)
 	more := addMachines(t, fc, "ha", 3)
 	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the crash provisioned by the other controller", func() bool {
 		return allProvisioned(t, fc, "ha", more)
@@ -397,6 +400,112 @@ func TestHATwoControllersTakeover(t *testing.T) {
 	if holder == follower.ID() {
 		t.Errorf("after a graceful stop the lease is still held by the stopped controller")
 	}
+}
+
+// TestHALeaseRenewedUnderWriteLoad saturates a controller's store pool
+// with writers parked behind a row lock another session holds, for more
+// than two lease TTLs: the lease, renewed on the store's own lease
+// connection, keeps being extended, and the provisioner is never stopped.
+func TestHALeaseRenewedUnderWriteLoad(t *testing.T) {
+	store := testPostgresStore(t)
+	cs := newCountingSim(t)
+	c := openHAController(t, store, "busy", controller.Config{DefaultSimEndpoint: cs.srv.URL})
+	cl := adminClient(t, c.ClientConfigPath(), c)
+	ctx := context.Background()
+	m, err := cl.Model(ctx, muster.DefaultModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyWithin(t, convergeDeadline, "provisioner running", func() bool { return c.Runs(m.UUID) })
+	watchStops(t, c, m.UUID)
+
+	u, err := url.Parse(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	admin, err := sql.Open("pgx", os.Getenv("MUSTER_TEST_POSTGRES"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	expires := func() int64 {
+		t.Helper()
+		var e int64
+		if err := admin.QueryRow(`SELECT expires FROM "`+schema+`".leases WHERE name = $1`, controller.LeaseName(m.UUID)).Scan(&e); err != nil {
+			t.Fatalf("read the lease: %v", err)
+		}
+		return e
+	}
+	lock, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.ExecContext(ctx, `SELECT revision FROM "`+schema+`".revision_counter FOR UPDATE`); err != nil {
+		lock.Rollback()
+		t.Fatal(err)
+	}
+	wctx, cancelWriters := context.WithCancel(ctx)
+	// Before the controller closes, even when the test fails: the writers
+	// end and the row lock goes.
+	t.Cleanup(func() {
+		cancelWriters()
+		lock.Rollback()
+	})
+	const writers = 64 // more than the pool holds
+	errs := make(chan error, writers)
+	for range writers {
+		go func() {
+			_, err := c.Store().AddMachines(wctx, m.UUID, []muster.MachineTemplate{{}})
+			errs <- err
+		}()
+	}
+	testutil.Eventually(t, "the pool saturated: a read waits for a connection", func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := c.Store().Model(rctx, m.UUID)
+		return errors.Is(err, context.DeadlineExceeded)
+	})
+	ttl := c.Config().LeaseTTL
+	until := expires() + int64(2*ttl)
+	testutil.EventuallyWithin(t, 5*ttl, "the lease renewed for two TTLs with the pool saturated", func() bool { return expires() > until })
+	if !c.Runs(m.UUID) {
+		t.Error("the provisioner does not run after the load")
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Errorf("writer: %v", err)
+		}
+	}
+}
+
+// watchStops samples whether c runs the model's provisioner until the
+// test ends and fails it if it ever stopped.
+func watchStops(t *testing.T, c *controller.Controller, modelUUID string) {
+	t.Helper()
+	done := make(chan struct{})
+	var stops atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if !c.Runs(modelUUID) {
+				stops.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(done)
+		if n := stops.Load(); n > 0 {
+			t.Errorf("the provisioner of model %s was stopped under load (%d samples)", modelUUID, n)
+		}
+	})
 }
 
 // TestLeaseLostStopsProvisioner takes a running model's lease away from
@@ -621,9 +730,19 @@ func TestHAKilledControllerProcess(t *testing.T) {
 		t.Fatalf("client config lists %v (err %v), want both controllers", cc, err)
 	}
 
+	otherID, err := os.ReadFile(filepath.Join(tmp, other, controller.IDFile))
+	if err != nil {
+		t.Fatal(err)
+	}
 	procs[leader].kill()
 	delete(procs, leader)
 	killed := time.Now()
+	testutil.EventuallyWithin(t, takeoverDeadline, "controller "+other+" holds the model's lease", func() bool {
+		var h string
+		err := db.QueryRow(`SELECT holder FROM leases WHERE name = $1`, controller.LeaseName(uuid)).Scan(&h)
+		return err == nil && h == strings.TrimSpace(string(otherID))
+	})
+	t.Logf("controller %s killed; %s held the model's lease %s later (default lease TTL): an observation, not a check", leader, other, time.Since(killed).Round(10*time.Millisecond))
 	more := lines(cli("add-machine", "-n", "3"))
 	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the kill provisioned by controller "+other, func() bool {
 		return len(provisionedIDs()) == len(first)+len(more)
