@@ -44,6 +44,9 @@ func TestOpenFailuresAreOneLine(t *testing.T) {
 			if strings.Contains(msg, "\n") {
 				t.Errorf("open %s: got a multi-line error %q, want one line", tc.url, msg)
 			}
+			if strings.Contains(msg, ":;") {
+				t.Errorf("open %s: got %q, want lines joined without a stray colon", tc.url, msg)
+			}
 			if strings.Contains(msg, "secret") {
 				t.Errorf("open %s: error %q shows the password", tc.url, msg)
 			}

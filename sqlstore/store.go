@@ -123,7 +123,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 type oneLine struct{ err error }
 
 func (e oneLine) Error() string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(e.err.Error(), "\n", "; ")), " ")
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(e.err.Error(), "\n", "; ")), " ")
+	return strings.ReplaceAll(msg, ":; ", ": ") // a line that ended in a colon
 }
 func (e oneLine) Unwrap() error { return e.err }
 
