@@ -95,6 +95,11 @@ type Server struct {
 	logger *slog.Logger
 	clock  muster.Clock
 	mux    *http.ServeMux
+	admin  struct {
+		sync.Mutex
+		hash   string    // of the admin token
+		readAt time.Time // when hash was read from the store
+	}
 
 	sessions   sync.Map // token hash → *agentSession
 	hb         *heartbeats
@@ -133,6 +138,7 @@ func NewServer(cfg Config) (*Server, error) {
 		clock:   cfg.Clock,
 		closing: make(chan struct{}),
 	}
+	s.admin.hash, s.admin.readAt = cfg.AdminTokenHash, cfg.Clock.Now()
 	s.hb = newHeartbeats(s)
 	s.sessionKey = cfg.SessionKey
 	if s.sessionKey == nil {
@@ -244,6 +250,37 @@ func (s *Server) Start() {
 	}()
 }
 
+// AdminTokenHashKey is the controller-config key holding the admin
+// token's hash, shared by every controller of a store.
+const AdminTokenHashKey = "admin-token-hash"
+
+// adminTokenRefresh is how often the server re-reads the admin token's
+// hash, so a token replaced by `muster controller admin-token` is refused
+// by every controller of the store, not only after a restart.
+const adminTokenRefresh = 10 * time.Second
+
+// adminTokenHash returns the admin token's hash, re-read from the store
+// when the last read is adminTokenRefresh old (on the first request after
+// that: no goroutine, no timer). A failed read keeps the hash it had.
+func (s *Server) adminTokenHash(ctx context.Context) string {
+	s.admin.Lock()
+	defer s.admin.Unlock()
+	now := s.clock.Now()
+	if now.Sub(s.admin.readAt) < adminTokenRefresh {
+		return s.admin.hash
+	}
+	s.admin.readAt = now
+	kv, err := s.store.ControllerConfig(ctx)
+	switch {
+	case err != nil:
+		s.logger.Warn("read the admin token", "err", err)
+	case kv[AdminTokenHashKey] != "" && kv[AdminTokenHashKey] != s.admin.hash:
+		s.admin.hash = kv[AdminTokenHashKey]
+		s.logger.Info("admin token replaced")
+	}
+	return s.admin.hash
+}
+
 // Close stops the heartbeat monitor and ends open event streams. It waits
 // for the monitor to stop.
 func (s *Server) Close() error {
@@ -305,7 +342,7 @@ func (s *Server) authenticate(r *http.Request, cookie bool) (principal, error) {
 	if err := s.authFail.admit(r); err != nil {
 		return principal{}, err
 	}
-	if auth.TokenMatches(tok, s.cfg.AdminTokenHash) {
+	if auth.TokenMatches(tok, s.adminTokenHash(r.Context())) {
 		return principal{key: "admin", admin: true}, nil
 	}
 	hash := muster.HashSecret(tok)

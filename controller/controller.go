@@ -31,7 +31,7 @@ import (
 // Keys of the controller config kept in the store.
 const (
 	cfgControllerUUID = "controller-uuid"
-	cfgAdminTokenHash = "admin-token-hash"
+	cfgAdminTokenHash = api.AdminTokenHashKey
 	// The CA, shared by every controller of the store: the first
 	// controller's wins.
 	cfgCACert = "ca-cert"
