@@ -371,3 +371,9 @@ func userData(sp muster.StartParams, arch string) (string, error) {
 	}
 	return string(ud), nil
 }
+
+// Resources returns the host's CPUs and memory (MiB) as read at Open: the
+// largest cores and mem constraints a start can satisfy.
+func (p *Provider) Resources(context.Context) (cores int, memMiB uint64, err error) {
+	return int(p.cores), p.memMiB, nil
+}

@@ -100,6 +100,7 @@ func newRootCmd() *cobra.Command {
 		newDashboardCmd(o),
 		newAgentCmd(),
 		newAgentBinariesCmd(),
+		newLXDCmd(),
 	)
 	addClientCmds(root, o)
 	return root
