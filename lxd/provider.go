@@ -199,10 +199,46 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 	var out []muster.Instance
 	for _, in := range all {
 		if p.isOwn(in.Config) {
-			out = append(out, toInstance(in))
+			out = append(out, toInstance(p.resume(ctx, in)))
 		}
 	}
 	return out, nil
+}
+
+// resume finishes the launch of an instance that was created but never
+// started (no volatile.last_state.power) because the start that made it
+// ended in between, e.g. its controller was killed: the provisioner adopts
+// such an instance from the listing (C2) without another StartInstance, so
+// it would stay stopped. An instance stopped after it ran, or whose start
+// this process is running, is left alone. It returns the instance as it
+// is afterwards; a failure is logged and retried at the next listing.
+func (p *Provider) resume(ctx context.Context, in Instance) Instance {
+	token := in.Config[keyPrefix+muster.TagLaunchToken]
+	if !neverStarted(in) || token == "" {
+		return in
+	}
+	unlock, ok := p.tryLockToken(token)
+	if !ok {
+		return in
+	}
+	defer unlock()
+	// Read again under the lock: a start may have finished meanwhile.
+	cur, err := p.c.Instance(ctx, in.Name)
+	if err != nil || !neverStarted(cur) {
+		return in
+	}
+	if err := p.c.SetState(ctx, in.Name, "start", false); err != nil {
+		p.log.Warn("instance of an interrupted launch not started", "instance", in.Name, "err", err)
+		return in
+	}
+	p.log.Info("instance of an interrupted launch started", "instance", in.Name, "machine", in.Config[keyPrefix+muster.TagMachine])
+	cur.Status = "Running"
+	return cur
+}
+
+// neverStarted reports whether an instance has never run.
+func neverStarted(in Instance) bool {
+	return strings.EqualFold(in.Status, "Stopped") && in.Config["volatile.last_state.power"] == ""
 }
 
 // toInstance maps an LXD instance to muster's view of it.
@@ -325,6 +361,24 @@ func (p *Provider) lockToken(ctx context.Context, token string) (func(), error) 
 	}
 }
 
+// tryLockToken is lockToken without waiting: false when the token's start
+// is running in this process.
+func (p *Provider) tryLockToken(token string) (func(), bool) {
+	p.tokenMu.Lock()
+	defer p.tokenMu.Unlock()
+	if p.tokens[token] != nil {
+		return nil, false
+	}
+	ch := make(chan struct{})
+	p.tokens[token] = ch
+	return func() {
+		p.tokenMu.Lock()
+		delete(p.tokens, token)
+		p.tokenMu.Unlock()
+		close(ch)
+	}, true
+}
+
 // parseSize reads LXD's "512MiB" / "10GiB" / bytes into MiB; 0 when it
 // cannot.
 func parseSize(s string) uint64 {
@@ -370,4 +424,10 @@ func userData(sp muster.StartParams, arch string) (string, error) {
 		return "", fmt.Errorf("lxd: %w", err)
 	}
 	return string(ud), nil
+}
+
+// Resources returns the host's CPUs and memory (MiB) as read at Open: the
+// largest cores and mem constraints a start can satisfy.
+func (p *Provider) Resources(context.Context) (cores int, memMiB uint64, err error) {
+	return int(p.cores), p.memMiB, nil
 }

@@ -153,3 +153,36 @@ func TestForeignInstanceUntouched(t *testing.T) {
 		t.Errorf("foreign instance gone after StopInstances: %v", err)
 	}
 }
+
+// TestInterruptedLaunchResumed: an instance of this model created by a
+// start that ended before starting it (its controller killed) is started
+// by the next listing, since the provisioner adopts it from there (C2);
+// one that ran and was stopped is left stopped.
+func TestInterruptedLaunchResumed(t *testing.T) {
+	needLXD(t)
+	p := openTest(t, Config{Zones: []string{"a"}})
+	ctx := testCtx(t)
+	sp := startParams(p, "0", "a")
+	name := InstanceName(p.cfg.ModelUUID, "0", sp.LaunchToken)
+	cfg := p.ownConfig()
+	cfg[keyPrefix+muster.TagMachine], cfg[keyPrefix+muster.TagLaunchToken], cfg[KeyZone] = "0", sp.LaunchToken, "a"
+	err := p.c.CreateInstance(ctx, InstancesPost{Name: name, Type: "container",
+		Source: InstanceSource{Type: "image", Alias: p.cfg.Image}, Profiles: []string{"default"}, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.StopInstances(context.Background(), name)
+	got, err := p.Instances(ctx)
+	if err != nil || len(got) != 1 || got[0].ID != name || got[0].State != "running" {
+		t.Fatalf("Instances: got %+v, %v; want %s running", got, err, name)
+	}
+	if in, err := p.c.Instance(ctx, name); err != nil || in.Status != "Running" {
+		t.Fatalf("instance %s: got %+v, %v; want it running", name, in.Status, err)
+	}
+	if err := p.c.SetState(ctx, name, "stop", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Instances(ctx); err != nil || len(got) != 1 || got[0].State != "stopped" {
+		t.Fatalf("Instances after a stop: got %+v, %v; want it stopped", got, err)
+	}
+}

@@ -19,6 +19,7 @@ var providers = map[string]controller.ProviderKind{
 	"sim":    controller.Sim,
 	"ec2":    controller.EC2,
 	"docker": controller.Docker,
+	"lxd":    controller.LXD,
 }
 
 func defaultDataDir() string {

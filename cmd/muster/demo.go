@@ -15,7 +15,7 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/controller"
-	"github.com/musterhq/muster/docker"
+	"github.com/musterhq/muster/lxd"
 	"github.com/spf13/cobra"
 )
 
@@ -28,10 +28,12 @@ var demoFleet []byte
 // demoAgentGrace is how long the demo waits, once every instance runs, for
 // a first simulated agent to report its machine started before it stops
 // waiting for agents; demoDockerAgentGrace is the same for agents in
-// containers.
+// containers, demoLXDAgentGrace for agents in LXD containers booted by
+// cloud-init.
 const (
 	demoAgentGrace       = 5 * time.Second
 	demoDockerAgentGrace = 20 * time.Second
+	demoLXDAgentGrace    = 2 * time.Minute
 )
 
 // demoAgentBinary, when set, is the agent binary of the demo's controller
@@ -42,12 +44,15 @@ var demoAgentBinary string
 // demoTeardownWait bounds, on exit, the wait for the demo model's instances
 // to be stopped; demoTeardownTimeout bounds the whole teardown.
 const (
-	demoTeardownWait    = 20 * time.Second
-	demoTeardownTimeout = 45 * time.Second
+	demoTeardownWait    = time.Minute
+	demoTeardownTimeout = 2 * time.Minute
 )
 
-// demoAgentWait bounds the whole wait for simulated agents.
-const demoAgentWait = 60 * time.Second
+// demoAgentWait bounds the whole wait for agents (demoLXDAgentWait on lxd).
+const (
+	demoAgentWait    = 60 * time.Second
+	demoLXDAgentWait = 5 * time.Minute
+)
 
 func newDemoCmd() *cobra.Command {
 	var provider string
@@ -64,7 +69,12 @@ With --provider docker the machines are containers on the local Docker
 Engine (one network per zone a, b, c), each running this binary as its
 agent; constraints larger than the Docker host are capped to fit it. On
 Ctrl-C the demo removes its machines, waits for their containers to go,
-and removes the model and its networks before the controller stops.`,
+and removes the model and its networks before the controller stops.
+
+With --provider lxd the machines are LXD system containers booted by
+cloud-init, one bridge per zone; the image is built first when missing
+(as by muster lxd build-image, cached in <data-dir>/lxd), and the fleet is
+capped to the host as for docker.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, ok := providers[provider]; !ok {
@@ -124,32 +134,42 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 	model := muster.DefaultModel
 	if provider != "sim" {
 		model = "demo"
+		if provider == "lxd" {
+			fmt.Fprintf(w, "making sure of the lxd image (built once: minutes; build log in %s)\n", logPath)
+			if err := buildLXDImage(ctx, lxd.ImageOptions{CacheDir: filepath.Join(defaultDataDir(), "lxd")}, logFile, w); err != nil {
+				return err
+			}
+		}
 		info, addErr := c.AddModel(ctx, api.AddModelRequest{Name: model, Provider: provider})
 		if addErr != nil {
 			return addErr
 		}
-		var dk *docker.Provider
-		if provider == "docker" {
-			var dkErr error
-			dk, dkErr = docker.New(ctx, docker.Config{ControllerUUID: info.ControllerUUID, ModelUUID: info.UUID, ModelName: model, Logger: logger})
-			if dkErr != nil {
-				return dkErr
-			}
-			defer dk.Close()
+		host, hostErr := controller.OpenLocalHost(ctx, provider, info, logger)
+		if hostErr != nil {
+			return hostErr
+		}
+		if host != nil {
+			defer host.Close()
 		}
 		// Deferred after the controller's Close, so run before it.
 		defer func() {
-			if tErr := teardownDemoModel(c, dk, model, w); tErr != nil && err == nil {
+			tctx, cancel := context.WithTimeout(context.Background(), demoTeardownTimeout)
+			defer cancel()
+			if tErr := controller.TeardownModel(tctx, c, host, model, demoTeardownWait, w); tErr != nil && err == nil {
 				err = tErr
 			}
 		}()
-		if dk != nil {
-			cores, mem, err := dk.Resources(ctx)
+		if host != nil {
+			cores, mem, err := host.Resources(ctx)
 			if err != nil {
 				return err
 			}
-			if fleet, err = fitFleet(fleet, uint64(cores), mem, w); err != nil {
+			var notes []string
+			if fleet, notes, err = controller.FitFleet(fleet, uint64(cores), mem); err != nil {
 				return err
+			}
+			for _, n := range notes {
+				fmt.Fprintf(w, "the %s host has %d CPUs and %s of memory: %s\n", provider, cores, muster.FormatSize(mem), n)
 			}
 		}
 	}
@@ -207,10 +227,13 @@ Press Ctrl-C to stop the controller and remove %s.
 // containers), until every machine is started. It stops waiting when no
 // agent at all reports within the grace period (the provider may run none).
 func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io.Writer) error {
-	grace := demoAgentGrace
-	if provider == "docker" {
+	grace, wait := demoAgentGrace, demoAgentWait
+	switch provider {
+	case "docker":
 		grace = demoDockerAgentGrace
-	} else {
+	case "lxd":
+		grace, wait = demoLXDAgentGrace, demoLXDAgentWait
+	default:
 		cfg, err := c.ModelConfig(ctx, model)
 		if err != nil {
 			return err
@@ -232,7 +255,7 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 	if len(goals) == 0 {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, demoAgentWait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	// Give up early when no agent reports at all.
 	giveUp := time.AfterFunc(grace, func() {
@@ -272,121 +295,4 @@ func agentState(m api.MachineStatus, ok bool) string {
 // agentStarted is reached when a machine's agent has reported it started.
 func agentStarted(_ string, m api.MachineStatus, ok bool) (bool, string) {
 	return !ok || m.Status == string(muster.StatusStarted), ""
-}
-
-// fitFleet caps the groups' cores and mem constraints at what the docker
-// host has (a container cannot have more), telling w what it changed.
-func fitFleet(f api.ApplyRequest, cores, memMiB uint64, w io.Writer) (api.ApplyRequest, error) {
-	out := api.ApplyRequest{Groups: make([]api.FleetGroup, len(f.Groups))}
-	copy(out.Groups, f.Groups)
-	for i := range out.Groups {
-		g := &out.Groups[i]
-		cons, err := muster.ParseConstraints(g.Constraints)
-		if err != nil {
-			return api.ApplyRequest{}, fmt.Errorf("group %q: %w", g.Name, err)
-		}
-		was := cons.String()
-		if cores > 0 && cons.Cores > cores {
-			cons.Cores = cores
-		}
-		if memMiB > 0 && cons.Mem > memMiB {
-			cons.Mem = memMiB
-		}
-		if now := cons.String(); now != was {
-			fmt.Fprintf(w, "the docker host has %d CPUs and %s of memory: group %s gets %q instead of %q\n",
-				cores, muster.FormatSize(memMiB), g.Name, now, was)
-			g.Constraints = now
-		}
-	}
-	return out, nil
-}
-
-// teardownDemoModel removes the demo model of a provider other than the
-// sim, so that nothing stays behind on the provider: its machines at once
-// (force), then, once their instances are gone (at most demoTeardownWait),
-// the model, whose removal makes the controller remove the provider's
-// networks. With dk it checks that the docker engine holds nothing of the
-// model any more, and removes left-over networks and volumes itself.
-func teardownDemoModel(c *api.Client, dk *docker.Provider, model string, w io.Writer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), demoTeardownTimeout)
-	defer cancel()
-	st, err := c.Status(ctx, model)
-	if err != nil {
-		return fmt.Errorf("remove demo model: %w", err)
-	}
-	goals, alive := map[string]api.Goal{}, map[string]api.Goal{}
-	for id, m := range st.Machines {
-		goals[id] = api.Removed
-		if m.Life != string(muster.LifeDead) {
-			alive[id] = api.Removed // dead ones are on their way out already
-		}
-	}
-	if len(alive) > 0 {
-		fmt.Fprintf(w, "removing the %d machines of model %s\n", len(goals), model)
-		if err := c.RemoveMachines(ctx, model, api.RemoveMachinesRequest{IDs: sortedIDs(alive), Force: true}); err != nil {
-			return fmt.Errorf("remove demo machines: %w", err)
-		}
-	}
-	// Wait for the provisioner to stop the instances and forget the
-	// machines, and for their containers to go.
-	wctx, wcancel := context.WithTimeout(ctx, demoTeardownWait)
-	left := len(goals)
-	// An error only ends the wait early: what is left is reported below.
-	c.Wait(wctx, model, goals, func(_ api.Status, done int, _ []string) { left = len(goals) - done })
-	containers := 0
-	pollUntil(wctx, func() bool {
-		containers = 0
-		if dk == nil {
-			return true
-		}
-		lo, err := dk.Leftovers(wctx)
-		for _, l := range lo {
-			if strings.HasPrefix(l, "container ") {
-				containers++
-			}
-		}
-		return err == nil && containers == 0
-	})
-	wcancel()
-	if left > 0 || containers > 0 {
-		fmt.Fprintf(w, "after %s, %d machines and %d containers remain\n", demoTeardownWait, left, containers)
-	}
-	// The model goes once its machines have.
-	if !pollUntil(ctx, func() bool { err = c.RemoveModel(ctx, model); return muster.ErrorCode(err) != muster.EConflict }) || err != nil {
-		return fmt.Errorf("remove demo model: %w", err)
-	}
-	fmt.Fprintf(w, "removed model %s\n", model)
-	if dk == nil {
-		return nil
-	}
-	// The controller removes the networks as it stops the model's
-	// provisioner; wait for that, then sweep what is left.
-	var lo []string
-	if pollUntil(ctx, func() bool { lo, err = dk.Leftovers(ctx); return err != nil || len(lo) == 0 }) {
-		if err != nil {
-			return fmt.Errorf("list the demo's docker objects: %w", err)
-		}
-		fmt.Fprintln(w, "no container, network or volume of the demo is left")
-		return nil
-	}
-	cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer ccancel()
-	cerr := dk.Cleanup(cctx)
-	if lo, err = dk.Leftovers(cctx); err == nil && len(lo) == 0 {
-		return nil
-	}
-	return fmt.Errorf("the demo left on docker: %s (%v)", strings.Join(lo, ", "), cerr)
-}
-
-// pollUntil calls cond every 250ms until it holds (true) or ctx ends
-// (false).
-func pollUntil(ctx context.Context, cond func() bool) bool {
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return true
 }

@@ -162,7 +162,7 @@ func TestDemoDocker(t *testing.T) {
 	for _, v := range vs.Items {
 		t.Errorf("volume left after the demo: %s", v.Name)
 	}
-	if text := out.String(); !strings.Contains(text, "no container, network or volume of the demo is left") {
+	if text := out.String(); !strings.Contains(text, "no container, instance, network or volume of model demo is left") {
 		t.Errorf("demo output lacks its clean-up line:\n%s", text)
 	}
 }

@@ -111,6 +111,7 @@ func newRootCmd() *cobra.Command {
 		newDashboardCmd(o),
 		newAgentCmd(),
 		newAgentBinariesCmd(),
+		newLXDCmd(),
 	)
 	addClientCmds(root, o)
 	return root
