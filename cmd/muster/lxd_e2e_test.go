@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/musterhq/muster/api"
 	"net"
 	"os"
 	"strings"
@@ -161,9 +162,9 @@ func (pt *procTest) modelUUID(name string) string {
 }
 
 // status is `muster status --format json` of a model.
-func (pt *procTest) status(model string) statusJSON {
+func (pt *procTest) status(model string) api.StatusScript {
 	pt.t.Helper()
-	var st statusJSON
+	var st api.StatusScript
 	if err := json.Unmarshal([]byte(pt.cli("-m", model, "status", "--format", "json")), &st); err != nil {
 		pt.t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestLXDE2E(t *testing.T) {
 	t.Logf("killed the controller with %d of %d containers made", len(x.instances(modelKey, modelUUID)), machines)
 	ctrl = start()
 
-	var st statusJSON
+	var st api.StatusScript
 	testutil.EventuallyWithin(t, lxdBootDeadline, "six machines started by their agents", func() bool {
 		st = pt.status(name)
 		started := 0
