@@ -30,22 +30,5 @@ func openLXDProvider(ctx context.Context, env ProviderEnv) (*ModelProvider, erro
 	if err != nil {
 		return nil, fmt.Errorf("open lxd provider of model %s: %w", env.Model.Name, err)
 	}
-	mp := &ModelProvider{Provider: p, Cleanup: p.Cleanup}
-	closeListeners := func() {}
-	if env.ListenAgents != nil {
-		gws, err := p.GatewayAddresses(ctx)
-		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("lxd networks of model %s: %w", env.Model.Name, err)
-		}
-		if mp.APIAddresses, closeListeners, err = env.ListenAgents(ctx, gws); err != nil {
-			p.Close()
-			return nil, fmt.Errorf("serve agents of model %s: %w", env.Model.Name, err)
-		}
-	}
-	mp.Close = func() error {
-		closeListeners()
-		return p.Close()
-	}
-	return mp, nil
+	return servedOnGateways(ctx, env, "lxd", p)
 }

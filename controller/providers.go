@@ -205,13 +205,29 @@ func openDockerProvider(ctx context.Context, env ProviderEnv) (*ModelProvider, e
 	if err != nil {
 		return nil, fmt.Errorf("open docker provider of model %s: %w", env.Model.Name, err)
 	}
+	return servedOnGateways(ctx, env, "docker", p)
+}
+
+// bridgedProvider is a provider whose zones are bridges on this host
+// (docker, lxd): the controller serves its agents on their gateways.
+type bridgedProvider interface {
+	muster.Provider
+	GatewayAddresses(ctx context.Context) ([]string, error)
+	Cleanup(ctx context.Context) error
+	Close() error
+}
+
+// servedOnGateways wraps p for a model, with an agent listener on each of
+// its bridges' gateways (when env can listen) whose addresses the agents
+// are given.
+func servedOnGateways(ctx context.Context, env ProviderEnv, kind string, p bridgedProvider) (*ModelProvider, error) {
 	mp := &ModelProvider{Provider: p, Cleanup: p.Cleanup}
 	closeListeners := func() {}
 	if env.ListenAgents != nil {
 		gws, err := p.GatewayAddresses(ctx)
 		if err != nil {
 			p.Close()
-			return nil, fmt.Errorf("docker networks of model %s: %w", env.Model.Name, err)
+			return nil, fmt.Errorf("%s networks of model %s: %w", kind, env.Model.Name, err)
 		}
 		if mp.APIAddresses, closeListeners, err = env.ListenAgents(ctx, gws); err != nil {
 			p.Close()
