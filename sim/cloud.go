@@ -100,6 +100,8 @@ type Cloud struct {
 
 	w writer // the state file's
 
+	id *identity // signs instance identity documents
+
 	saveDelay time.Duration
 	kick      chan struct{}
 	quit      chan struct{}
@@ -256,6 +258,15 @@ func Open(cfg Config) (*Cloud, error) {
 			}
 		}
 	}
+	var idKey string
+	if loaded != nil {
+		idKey = loaded.IdentityKey
+	}
+	id, err := loadIdentity(idKey, c.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	c.id = id
 	if err := c.save(true); err != nil {
 		return nil, err
 	}

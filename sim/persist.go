@@ -31,6 +31,8 @@ type state struct {
 	Reservations []reservation `json:"reservations,omitempty"`
 	// Ended are the terminated instances the EC2 API still lists.
 	Ended []tombstone `json:"ended,omitempty"`
+	// IdentityKey is the PEM key that signs instance identity documents.
+	IdentityKey string `json:"identity-key,omitempty"`
 }
 
 const stateVersion = 2
@@ -244,7 +246,7 @@ func (c *Cloud) save(force bool) error {
 		return nil
 	}
 	if force || c.w.broken || c.needSnapshot || c.w.out == nil || c.w.logged+len(c.journal) > max(1024, 2*len(c.instances)) {
-		st := state{Version: stateVersion, Instances: []persistedInstance{}}
+		st := state{Version: stateVersion, Instances: []persistedInstance{}, IdentityKey: c.id.keyPEM}
 		cfg := c.configLocked()
 		st.Zones, st.Faults = cfg.Zones, cfg.Faults
 		for _, inst := range c.sortedLocked() {
