@@ -13,7 +13,7 @@ import (
 
 // bootLog records which boots ran and which have ended.
 type bootLog struct {
-	mu    sync.Mutex
+	mu            sync.Mutex
 	booted, ended []string
 }
 
