@@ -13,13 +13,13 @@ import (
 // provisioner writes it as JSON into StartParams.UserData; the docker
 // provider places it in the container, cloud-init on a VM.
 type AgentConfig struct {
-	Controller   string   `json:"controller"`    // controller uuid
-	Model        string   `json:"model"`         // model uuid (or name)
-	Machine      string   `json:"machine"`       // machine id
-	Nonce        string   `json:"nonce"`         // the provisioning attempt's nonce
-	Password     string   `json:"password"`      // the agent's password, in clear
-	APIAddresses []string `json:"api-addresses"` // controller URLs, https://host:port, tried in order
-	CACert       string   `json:"ca-cert"`       // PEM certificate of the controller's CA
+	Controller   string   `json:"controller"`         // controller uuid
+	Model        string   `json:"model"`              // model uuid (or name)
+	Machine      string   `json:"machine"`            // machine id
+	Nonce        string   `json:"nonce,omitempty"`    // the provisioning attempt's nonce
+	Password     string   `json:"password,omitempty"` // the agent's password, in clear
+	APIAddresses []string `json:"api-addresses"`      // controller URLs, https://host:port, tried in order
+	CACert       string   `json:"ca-cert"`            // PEM certificate of the controller's CA
 	// EnrolToken, in the shared user data of a batch start, is the batch's
 	// one-time enrolment token: the agent enrols with it (and the
 	// instance's signed identity) for its machine's nonce and password,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -106,4 +107,40 @@ func (r *Runner) Close() {
 	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
+}
+
+// SimCloud is what a simulated agent needs of its simulated cloud (the
+// sim's *Cloud): the instance's signed identity and its disk, on which an
+// enrolled agent keeps its config as `muster agent` keeps its file.
+type SimCloud interface {
+	IdentityDocument(instanceID string) (doc []byte, sig string, err error)
+	WriteFile(instanceID, path string, data []byte) error
+	ReadFile(instanceID, path string) ([]byte, bool)
+}
+
+// SimConfigPath is where a simulated agent keeps its enrolled config on its
+// instance's disk.
+const SimConfigPath = "/etc/muster/agent.json"
+
+// Simulated returns the config the agent of simulated instance id boots
+// with — the one it kept after enrolling on an earlier boot, else cfg —
+// and sets opts' Identity and OnEnrolled to use cloud, as a real agent
+// reads its metadata service and writes its config file.
+func Simulated(cloud SimCloud, id string, cfg muster.AgentConfig, opts Options) (muster.AgentConfig, Options) {
+	if b, ok := cloud.ReadFile(id, SimConfigPath); ok {
+		if kept, err := muster.ParseAgentConfig(b); err == nil {
+			// The controller addresses and CA come from the caller.
+			kept.APIAddresses, kept.CACert = cfg.APIAddresses, cfg.CACert
+			cfg = kept
+		}
+	}
+	opts.Identity = func(context.Context) ([]byte, string, error) { return cloud.IdentityDocument(id) }
+	opts.OnEnrolled = func(c muster.AgentConfig) error {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		return cloud.WriteFile(id, SimConfigPath, b)
+	}
+	return cfg, opts
 }

@@ -33,6 +33,8 @@ type simAgents struct {
 	log       *slog.Logger
 	hc        *http.Client // shared by every agent of the model
 	runner    *agent.Runner
+	cloud     *sim.Cloud    // set by setCloud once the sim is open
+	ready     chan struct{} // closed by setCloud
 
 	enabledMu sync.Mutex
 	enabled   bool
@@ -55,6 +57,7 @@ func newSimAgents(env ProviderEnv) (*simAgents, error) {
 		clock: env.Clock, log: env.Logger.With("component", "sim-agents"),
 		hc:     &http.Client{Transport: tr},
 		runner: agent.NewRunner(env.Clock, env.SimAgentBootDelay),
+		ready:  make(chan struct{}),
 	}, nil
 }
 
@@ -74,11 +77,16 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 	hw := muster.Hardware{Arch: inst.Arch, Cores: uint64(inst.Cores), Mem: inst.Mem, RootDisk: inst.RootDisk, AvailabilityZone: inst.Zone}
 	addrs := append([]string(nil), inst.Addresses...)
 	s.runner.Start(inst.ID, func(ctx context.Context) {
+		select {
+		case <-s.ready: // instances restored while the sim opens boot once it is
+		case <-ctx.Done():
+			return
+		}
 		if !s.isEnabled(ctx) {
 			s.skipped.Add(1)
 			return
 		}
-		err := agent.Run(ctx, cfg, agent.Options{
+		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
 			Logger:     s.log.With("instance", inst.ID),
 			Clock:      s.clock,
 			Hardware:   func() muster.Hardware { return hw },
@@ -86,10 +94,17 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 			HTTPClient: s.hc,
 			OnStarted:  func() { s.started.Add(1) },
 		})
+		err := agent.Run(ctx, cfg, opts)
 		if err != nil {
 			s.log.Info("simulated agent stopped", "instance", inst.ID, "machine", cfg.Machine, "err", err)
 		}
 	})
+}
+
+// setCloud gives the agents the open sim, whose instances they boot on.
+func (s *simAgents) setCloud(c *sim.Cloud) {
+	s.cloud = c
+	close(s.ready)
 }
 
 // onStop is the sim's OnStop hook: the instance's agent stops, so its

@@ -152,3 +152,32 @@ func (s *server) imdsIdentity(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Write(doc)
 }
+
+// WriteFile writes data at path on the disk of instance id, as a process
+// on the instance would (an enrolled agent keeps its credentials so): it
+// survives the instance's stops and the sim's restarts and goes with the
+// instance. ENotFound for an unknown instance.
+func (c *Cloud) WriteFile(id, path string, data []byte) error {
+	c.mu.Lock()
+	inst := c.instances[id]
+	if inst == nil {
+		c.mu.Unlock()
+		return muster.Errorf(muster.ENotFound, "sim: instance %q not found", id)
+	}
+	if c.files[id] == nil {
+		c.files[id] = map[string][]byte{}
+	}
+	c.files[id][path] = append([]byte(nil), data...)
+	c.logPut(inst)
+	c.mu.Unlock()
+	c.persist()
+	return nil
+}
+
+// ReadFile returns what WriteFile wrote at path on instance id's disk.
+func (c *Cloud) ReadFile(id, path string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.files[id][path]
+	return append([]byte(nil), b...), ok
+}

@@ -21,13 +21,15 @@ type agents struct {
 	log    *slog.Logger
 	clock  muster.Clock
 	runner *agent.Runner
+	cloud  *sim.Cloud    // set by setCloud once the sim is open
+	ready  chan struct{} // closed by setCloud
 }
 
 func newAgents(log *slog.Logger, clock muster.Clock, bootDelay time.Duration) *agents {
 	if clock == nil {
 		clock = muster.SystemClock
 	}
-	return &agents{log: log.With("component", "sim-agents"), clock: clock, runner: agent.NewRunner(clock, bootDelay)}
+	return &agents{log: log.With("component", "sim-agents"), clock: clock, runner: agent.NewRunner(clock, bootDelay), ready: make(chan struct{})}
 }
 
 // onStart is the cloud's OnStart hook.
@@ -48,17 +50,29 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 	addrs := append([]string(nil), inst.Addresses...)
 	log := s.log.With("instance", inst.ID)
 	s.runner.Start(inst.ID, func(ctx context.Context) {
+		select {
+		case <-s.ready: // instances restored while the sim opens boot once it is
+		case <-ctx.Done():
+			return
+		}
 		log.Info("simulated agent starting", "machine", cfg.Machine, "controller", cfg.APIAddresses)
-		err := agent.Run(ctx, cfg, agent.Options{
+		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
 			Logger:    log,
 			Clock:     s.clock,
 			Hardware:  func() muster.Hardware { return hw },
 			Addresses: func() []string { return addrs },
 		})
+		err := agent.Run(ctx, cfg, opts)
 		if err != nil {
 			log.Info("simulated agent stopped", "machine", cfg.Machine, "err", err)
 		}
 	})
+}
+
+// setCloud gives the agents the open sim, whose instances they boot on.
+func (s *agents) setCloud(c *sim.Cloud) {
+	s.cloud = c
+	close(s.ready)
 }
 
 // onStop is the cloud's OnStop hook.
