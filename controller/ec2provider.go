@@ -26,19 +26,18 @@ func openEC2Provider(ctx context.Context, env ProviderEnv) (*ModelProvider, erro
 	if err := ec2.ApplyModelConfig(&cfg, env.Model.Config); err != nil {
 		return nil, err
 	}
+	if ep := env.Model.Config["endpoint"]; ep != "" && cfg.IdentityCert == nil {
+		cert, err := simIdentityCert(ctx, ep)
+		if err != nil {
+			env.Logger.Info("no instance identity certificate from the endpoint: batches carry each machine's agent config", "endpoint", ep, "err", err)
+		}
+		cfg.IdentityCert = cert
+	}
 	p, err := ec2.Open(ctx, cfg, env.ControllerUUID, env.Model.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("open ec2 provider of model %s: %w", env.Model.Name, err)
 	}
-	mp := &ModelProvider{Provider: p, Close: func() error { return nil }}
-	if ep := env.Model.Config["endpoint"]; ep != "" {
-		cert, err := simIdentityCert(ctx, ep)
-		if err != nil {
-			env.Logger.Warn("no instance identity certificate from the endpoint: batch-started agents cannot enrol", "endpoint", ep, "err", err)
-		}
-		mp.IdentityCert = cert
-	}
-	return mp, nil
+	return &ModelProvider{Provider: p, IdentityCert: cfg.IdentityCert, Close: func() error { return nil }}, nil
 }
 
 // simIdentityCert reads the certificate of the instance identity documents

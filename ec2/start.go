@@ -686,5 +686,6 @@ func truncate(s string, n int) string {
 
 // EnrolsBatches implements muster.BatchEnroller: a batch's instances share
 // their user data, so they enrol with EC2's signed instance identity
-// documents instead of carrying each machine's password (SPEC §4).
-func (p *Provider) EnrolsBatches() bool { return true }
+// documents instead of carrying each machine's password (SPEC §4) — when
+// the controller can verify those documents (Config.IdentityCert).
+func (p *Provider) EnrolsBatches() bool { return len(p.idCert) > 0 }
