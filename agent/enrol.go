@@ -36,7 +36,7 @@ func (a *agent) enrol(ctx context.Context) error {
 		}
 		if err == nil {
 			a.cfg.Machine, a.cfg.Nonce, a.cfg.Password, a.cfg.EnrolToken = res.Machine, res.Nonce, res.Password, ""
-			a.log.Info("agent enrolled", "machine", res.Machine)
+			a.log.Info("agent enrolled")
 			if a.opts.OnEnrolled != nil {
 				if err := a.opts.OnEnrolled(a.cfg); err != nil {
 					a.log.Warn("enrolled credentials not kept", "err", err)
