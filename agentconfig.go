@@ -77,6 +77,12 @@ func (c AgentConfig) Validate() error {
 			return Errorf(EInvalid, "bad agent config: api-addresses: bad address %q: want https://host:port", a)
 		}
 	}
+	if c.MetadataURL != "" {
+		u, err := url.Parse(c.MetadataURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Errorf(EInvalid, "bad agent config: metadata-url: bad URL %q: want http://host/path", c.MetadataURL)
+		}
+	}
 	block, _ := pem.Decode([]byte(c.CACert))
 	if block == nil || block.Type != "CERTIFICATE" {
 		return Errorf(EInvalid, "bad agent config: ca-cert: no PEM certificate")

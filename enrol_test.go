@@ -85,6 +85,14 @@ func TestEnrolmentConfigValidates(t *testing.T) {
 	if err := cfg.Validate(); err != nil || !cfg.Enrolling() {
 		t.Fatalf("enrolment config: %v (enrolling %v)", err, cfg.Enrolling())
 	}
+	cfg.MetadataURL = "ftp://x"
+	if err := cfg.Validate(); muster.ErrorCode(err) != muster.EInvalid {
+		t.Fatalf("bad metadata-url: got %v, want invalid", err)
+	}
+	cfg.MetadataURL = "http://169.254.169.254/latest"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("metadata-url: %v", err)
+	}
 	cfg.EnrolToken = ""
 	if err := cfg.Validate(); muster.ErrorCode(err) != muster.EInvalid {
 		t.Fatalf("no token and no password: got %v, want invalid", err)

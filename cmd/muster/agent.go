@@ -16,7 +16,9 @@ func newAgentCmd() *cobra.Command {
 		Long: `Run the machine agent of an instance. It logs in to the controller with the
 machine id, password and nonce of FILE (JSON or YAML, written by the
 provisioner), reports the machine started with its hardware and addresses,
-and heartbeats until SIGINT or SIGTERM. It exits with status 1 when the
+and heartbeats until SIGINT or SIGTERM. A batch's FILE holds a one-time
+enrolment token instead: the agent enrols with it and the instance's
+signed identity document, and rewrites FILE with what it got. It exits with status 1 when the
 controller refuses its password, or keeps refusing its nonce for a minute.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
