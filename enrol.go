@@ -82,9 +82,12 @@ func VerifyIdentity(cert []byte, doc []byte, sig string) (InstanceIdentity, erro
 // safe for concurrent use.
 type EnrolmentStore interface {
 	// SetEnrolment records tokenHash (HashSecret of a batch's enrolment
-	// token) for the named machines, replacing an earlier batch's, with
-	// the credentials not handed out yet. Missing machines are ignored;
-	// ENotFound for an unknown model.
+	// token) for the named machines, with the credentials not handed out
+	// yet. A machine's few previous tokens stay valid (the instance of a
+	// crashed start, adopted by a repeat in another batch, carries its own
+	// batch's); what binds an instance to a machine is its recorded
+	// instance id. Missing machines are ignored; ENotFound for an unknown
+	// model.
 	SetEnrolment(ctx context.Context, modelUUID string, machineIDs []string, tokenHash string) error
 	// Enrol hands out the machine recorded with instanceID, once: in one
 	// transaction it checks token against the machine's enrolment, sets

@@ -11,11 +11,19 @@ import (
 
 var _ muster.EnrolmentStore = (*Store)(nil)
 
-// SetEnrolment implements muster.EnrolmentStore.
+// keptEnrolments is how many batch tokens of a machine stay valid: an
+// instance a crashed start left unrecorded and a repeated start (in
+// another batch) adopted still enrols with the token of its own batch.
+const keptEnrolments = 4
+
+// SetEnrolment implements muster.EnrolmentStore. The machine's earlier
+// tokens stay valid (the newest keptEnrolments): the instance a machine
+// enrols is always the one recorded for it, whichever batch made it.
 func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs []string, tokenHash string) error {
 	if tokenHash == "" {
 		return muster.Errorf(muster.EInvalid, "enrolment token hash is empty")
 	}
+	now := s.clock.Now().UnixNano()
 	return s.write(ctx, func(t *wtx) error {
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
@@ -25,12 +33,25 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 			if !ok {
 				continue
 			}
+			var last int64
+			if err := t.queryRow(ctx, `SELECT COALESCE(MAX(created), 0) FROM enrolments WHERE model_uuid = ? AND machine_id = ?`,
+				modelUUID, n).Scan(&last); err != nil {
+				return fmt.Errorf("read enrolments of machine %s: %w", id, err)
+			}
 			// Only machines that exist: the foreign key would refuse others.
-			if _, err := t.exec(ctx, `INSERT INTO enrolments (model_uuid, machine_id, token_hash, handed_out)
-				SELECT model_uuid, id, ?, 0 FROM machines WHERE model_uuid = ? AND id = ?
-				ON CONFLICT (model_uuid, machine_id) DO UPDATE SET token_hash = excluded.token_hash, handed_out = 0`,
-				tokenHash, modelUUID, n); err != nil {
+			if _, err := t.exec(ctx, `INSERT INTO enrolments (model_uuid, machine_id, token_hash, handed_out, created)
+				SELECT model_uuid, id, ?, 0, ? FROM machines WHERE model_uuid = ? AND id = ?
+				ON CONFLICT (model_uuid, machine_id, token_hash) DO UPDATE SET created = excluded.created`,
+				tokenHash, max(now, last+1), modelUUID, n); err != nil {
 				return fmt.Errorf("record enrolment of machine %s: %w", id, err)
+			}
+			if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 0 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
+				return fmt.Errorf("record enrolment of machine %s: %w", id, err)
+			}
+			if _, err := t.exec(ctx, `DELETE FROM enrolments WHERE model_uuid = ? AND machine_id = ? AND token_hash NOT IN
+				(SELECT token_hash FROM enrolments WHERE model_uuid = ? AND machine_id = ? ORDER BY created DESC LIMIT ?)`,
+				modelUUID, n, modelUUID, n, keptEnrolments); err != nil {
+				return fmt.Errorf("trim enrolments of machine %s: %w", id, err)
 			}
 		}
 		return nil
@@ -66,16 +87,29 @@ func (s *Store) Enrol(ctx context.Context, modelUUID, instanceID, token, passwor
 			return fmt.Errorf("read machine of instance %s: %w", instanceID, err)
 		}
 		n, _ := parseID(m.ID)
-		var hash string
-		var handedOut int64
-		err = t.queryRow(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n).Scan(&hash, &handedOut)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && !muster.SecretMatches(token, hash)) {
-			return muster.Errorf(muster.EUnauthorized, "the token is not the enrolment token of machine %s", m.ID)
-		}
+		rows, err := t.query(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n)
 		if err != nil {
-			return fmt.Errorf("read enrolment of machine %s: %w", m.ID, err)
+			return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
 		}
-		if handedOut != 0 {
+		var matches, handedOut bool
+		for rows.Next() {
+			var hash string
+			var handed int64
+			if err := rows.Scan(&hash, &handed); err != nil {
+				rows.Close()
+				return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
+			}
+			matches = matches || muster.SecretMatches(token, hash)
+			handedOut = handedOut || handed != 0
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
+		}
+		if !matches {
+			return muster.Errorf(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
+		}
+		if handedOut {
 			return muster.Errorf(muster.EConflict, "the credentials of machine %s were handed out already", m.ID)
 		}
 		if m.Life == muster.LifeDead {

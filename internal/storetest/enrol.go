@@ -67,12 +67,27 @@ func testEnrolment(t *testing.T, h *harness) {
 			t.Errorf("refused enrolment changed machine %s's password hash", id)
 		}
 	}
-	// A new batch for the machine makes its credentials available again.
+	// A new batch for the machine makes its credentials available again,
+	// once; the instance may carry either batch's token (a start repeated
+	// after a crash in another batch adopts the first one's instance).
 	if err := s.SetEnrolment(ctx, m.UUID, []string{"1"}, muster.HashSecret(tokB)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := enrol("i-1", tokB); err != nil {
-		t.Fatalf("enrol after a new batch: %v", err)
+	if _, err := enrol("i-1", tokA); err != nil {
+		t.Fatalf("enrol with the earlier batch's token: %v", err)
+	}
+	_, err = enrol("i-1", tokB)
+	wantCode(t, "second enrolment after a new batch", err, muster.EConflict)
+	// Only the newest few tokens of a machine stay valid.
+	for i := range 4 {
+		if err := s.SetEnrolment(ctx, m.UUID, []string{"1"}, muster.HashSecret("later-"+idOf(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = enrol("i-1", tokA)
+	wantCode(t, "a token four batches old", err, muster.EUnauthorized)
+	if _, err := enrol("i-1", "later-0"); err != nil {
+		t.Fatalf("enrol with a recent token: %v", err)
 	}
 	// The enrolment goes with its machine.
 	if err := s.RemoveMachines(ctx, m.UUID, []string{"0"}); err != nil {
