@@ -69,6 +69,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"groups":[{"name":"web","count":3,"constraints":"arch=arm64"}],"dry-run":true}`,
 		`{"ids":["0","1"],"force":true}`,
 		`{"model":"default","machine":"0","password":"p","nonce":"n"}`,
+		`{"model":"default","machine":"0","token":"t","document":"{}","signature":"AA=="}`,
 		`{"set":{"retry-count":"3"}}`,
 		`{"count":1}{"count":2}`,
 		`{"count":1e400}`,
@@ -116,6 +117,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		check("decode config", decodeJSON(bytes.NewReader(body), 4096, &cfg))
 		var upd AgentUpdate
 		check("decode agent update", decodeJSON(bytes.NewReader(body), 4096, &upd))
+		var enrol EnrolRequest
+		check("decode enrol", decodeJSON(bytes.NewReader(body), 4096, &enrol))
 	})
 }
 
