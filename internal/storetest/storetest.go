@@ -38,6 +38,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"UpdateMachines", testUpdateMachines},
 		{"UpdateAllOrNothing", testUpdateAllOrNothing},
 		{"RecordInstances", testRecordInstances},
+		{"ReplaceInstance", testReplaceInstance},
 		{"RemoveMachines", testRemoveMachines},
 		{"ProvisioningInfo", testProvisioningInfo},
 		{"DistributionGroups", testDistributionGroups},
