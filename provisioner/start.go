@@ -35,7 +35,7 @@ type startJob struct {
 	queued      time.Time
 	replace     *replacement // set for a replacement (R1–R5)
 	deferred    atomic.Bool  // the machine became dead while starting (P13)
-	ended       atomic.Bool // the provisioning error is being written
+	ended       atomic.Bool  // the provisioning error is being written
 
 	// Owned by whoever runs the current step.
 	clearToken   bool // the failure clears the launch token
