@@ -240,11 +240,17 @@ func TestMaxInFlightBoundsReplacements(t *testing.T) {
 	h.clock.Advance(30 * time.Second)
 	h.waitFor("2 replacements in flight", func() bool { return inFlight.Load() == 2 })
 	h.quiesceLoop()
+	// Another one going down makes the loop look again, and still only
+	// two may be in flight.
+	h.setStatus(muster.StatusDown, ids[5])
+	h.quiesceLoop()
+	h.clock.Advance(30 * time.Second)
+	h.quiesceLoop()
 	if got := inFlight.Load(); got != 2 {
 		t.Fatalf("got %d replacements in flight, want 2 (max-in-flight 20%% of 10)", got)
 	}
 	close(release)
-	h.waitFor("10 + 5 starts", func() bool { return len(h.prov.startCalls()) == 15 })
+	h.waitFor("10 + 6 starts", func() bool { return len(h.prov.startCalls()) == 16 })
 	h.quiesce()
 	if got := peak.Load(); got != 2 {
 		t.Fatalf("got at most %d replacements at once, want 2", got)
