@@ -188,6 +188,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	if !p.ran.CompareAndSwap(false, true) {
 		return muster.Errorf(muster.EInvalid, "provisioner: Run called twice")
 	}
+	defer close(p.ended)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := p.cfg.Store.Watch(ctx, p.modelUUID, 0, muster.ChangeMachine, muster.ChangeModel)

@@ -62,6 +62,7 @@ type replaceStopped struct {
 type fleetHealth struct {
 	requests    chan func(ctx context.Context) error // calls run on the loop (Rebalance)
 	healthDirty bool                                 // remediate has something new to look at
+	ended       chan struct{}                        // closed when Run returns
 	healthTimer muster.Timer
 	healthNext  time.Time
 	health      map[string]*healthEntry // alive machines by id
@@ -77,6 +78,7 @@ type fleetHealth struct {
 func newFleetHealth() fleetHealth {
 	return fleetHealth{
 		requests:     make(chan func(ctx context.Context) error),
+		ended:        make(chan struct{}),
 		health:       map[string]*healthEntry{},
 		replacing:    map[string]*replacement{},
 		autoReplaced: map[string]int{},
@@ -278,8 +280,14 @@ func (p *Provisioner) ask(ctx context.Context, fn func(ctx context.Context) erro
 		done <- fn(ctx)
 		return nil
 	}
+	notRunning := muster.Errorf(muster.EUnavailable, "the provisioner of model %s is not running", p.cfg.Model.Name)
+	if !p.ran.Load() {
+		return notRunning
+	}
 	select {
 	case p.requests <- req:
+	case <-p.ended:
+		return notRunning
 	case <-ctx.Done():
 		return ctx.Err()
 	}
