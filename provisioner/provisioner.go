@@ -631,6 +631,9 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	if err := p.applyAdoption(ctx, ms, plan, recorded); err != nil {
 		return err
 	}
+	if err := p.repairTokens(ctx, ms); err != nil {
+		return err
+	}
 
 	// H2, H5, H6.
 	if p.harvest.Unknown() {

@@ -41,6 +41,7 @@ type replacement struct {
 	reason string
 	why    string // the reason in words, for events
 	old    string // the instance replaced
+	oldTok string // its launch token, restored if the replacement fails
 	group  string
 	zone   string // the zone to move to (R4); "" = the planner's choice
 	// launchFirst keeps the old instance until the machine is started on
@@ -120,7 +121,7 @@ func (p *Provisioner) startReplacements(ctx context.Context, ms []muster.Machine
 			continue
 		}
 		r := reps[i]
-		r.old, r.group = m.InstanceID(), m.Group
+		r.old, r.oldTok, r.group = m.InstanceID(), m.LaunchToken, m.Group
 		j := &startJob{id: m.ID, info: info, queued: now, replace: r}
 		p.newCredentials(j)
 		jobs = append(jobs, j)
@@ -220,7 +221,8 @@ func (p *Provisioner) handleReplaceStopped(ctx context.Context, r replaceStopped
 // its instance (it was never given up), so no provisioning error is set.
 func (p *Provisioner) failReplacement(ctx context.Context, j *startJob, cause error) startResult {
 	msg := fmt.Sprintf("replacement of instance %s failed: %v", j.replace.old, cause)
-	u := muster.MachineUpdate{ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceRunning), InstanceMessage: muster.Ptr(msg)}
+	u := muster.MachineUpdate{ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceRunning), InstanceMessage: muster.Ptr(msg),
+		LaunchToken: muster.Ptr(j.replace.oldTok)}
 	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{u}); err != nil &&
 		!muster.IsCode(err, muster.ENotFound) && ctx.Err() == nil {
 		p.log.Warn("replacement failure not recorded", "machine", j.id, "err", err)
@@ -228,6 +230,33 @@ func (p *Provisioner) failReplacement(ctx context.Context, j *startJob, cause er
 	p.appendEvents(ctx, p.newEvent(j.id, "error", msg))
 	p.log.Warn("replacement failed", "machine", j.id, "instance", j.replace.old, "err", cause)
 	return startResult{job: j, err: cause}
+}
+
+// repairTokens gives back to each machine the launch token of its recorded
+// instance where a replacement a crash cut off left another (the new
+// instance, if any, is stopped as a duplicate by the same pass).
+func (p *Provisioner) repairTokens(ctx context.Context, ms []muster.Machine) error {
+	var us []muster.MachineUpdate
+	for i := range ms {
+		m := &ms[i]
+		e := p.view[m.InstanceID()]
+		if m.Life != muster.LifeAlive || e == nil || e.inst.LaunchToken == "" || e.inst.LaunchToken == m.LaunchToken ||
+			p.flagsOf(m.ID).starting || p.replacing[m.ID] != nil {
+			continue
+		}
+		us = append(us, muster.MachineUpdate{ID: m.ID, LaunchToken: muster.Ptr(e.inst.LaunchToken), InstanceMessage: muster.Ptr("")})
+		m.LaunchToken = e.inst.LaunchToken
+	}
+	if len(us) == 0 {
+		return nil
+	}
+	if _, err := p.updateEach(ctx, us); err != nil {
+		return fmt.Errorf("restore launch tokens: %w", err)
+	}
+	for _, u := range us {
+		p.log.Info("interrupted replacement abandoned", "machine", u.ID)
+	}
+	return nil
 }
 
 // adoptable is taggedInstances for the adoption plan (C2, C3), less the
