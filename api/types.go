@@ -78,6 +78,7 @@ type Status struct {
 	ProvisionerError string                   `json:"provisioner-error"`
 	Machines         map[string]MachineStatus `json:"machines"`
 	Zones            map[string]ZoneStatus    `json:"zones"`
+	Remediation      []RemediationPause       `json:"remediation,omitempty"` // groups whose remediation is paused (R3)
 }
 
 // MachineStatus is one machine in Status.

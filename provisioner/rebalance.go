@@ -194,9 +194,39 @@ func (p *Provisioner) startMoves(ctx context.Context, stats map[string]*groupSta
 		}
 		g.inflight++
 		ms = append(ms, e.m)
-		reps = append(reps, &replacement{reason: mv.reason, zone: mv.To, launchFirst: true,
-			why: fmt.Sprintf("from zone %s to zone %s", mv.From, mv.To)})
+		why := fmt.Sprintf("from zone %s to zone %s", mv.From, mv.To)
+		if mv.To == "" {
+			why = "constraints " + e.m.Constraints.String()
+		}
+		reps = append(reps, &replacement{reason: mv.reason, zone: mv.To, launchFirst: true, why: why})
 	}
 	p.moves = keep
 	return p.startReplacements(ctx, ms, reps)
+}
+
+// ReplaceDrifted queues launch-before-stop replacements of the named
+// machines (R5: a rolling update within max-in-flight), each to a zone the
+// planner chooses. Machines that cannot be replaced (not alive, without an
+// instance, keep-instance) are refused with EInvalid and nothing is
+// queued. Safe for concurrent use (it runs on the loop).
+func (p *Provisioner) ReplaceDrifted(ctx context.Context, ids []string) error {
+	return p.ask(ctx, func(ctx context.Context) error {
+		queued := map[string]bool{}
+		for _, mv := range p.moves {
+			queued[mv.MachineID] = true
+		}
+		var add []move
+		for _, id := range ids {
+			e := p.health[id]
+			if e == nil || !e.m.HasInstance() || e.m.KeepInstance {
+				return muster.Errorf(muster.EInvalid, "machine %s cannot be replaced: it is not alive with an instance, or it keeps its instance", id)
+			}
+			if !queued[id] && p.replacing[id] == nil {
+				add = append(add, move{Move: Move{MachineID: id, Group: e.m.Group, From: p.zones.zoneOf(id)}, reason: ReasonDrift})
+				queued[id] = true
+			}
+		}
+		p.moves = append(p.moves, add...)
+		return p.remediate(ctx)
+	})
 }

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
+)
+
+// startedOn reports whether every machine of st is started on a running
+// instance and the sim has exactly one instance for each.
+func startedOn(st api.StatusScript, insts []simInstanceJSON) bool {
+	per := map[string]int{}
+	for _, i := range insts {
+		per[i.Machine]++
+	}
+	for id, m := range st.Machines {
+		if m.Status != "started" || m.InstanceStatus != "running" || per[id] != 1 {
+			return false
+		}
+	}
+	return len(per) == len(st.Machines)
+}
+
+// TestE2ERebalance is issue 17's second Done-when: 6 machines of a group
+// converged 3/3 over a, b with c unavailable; c comes back; rebalance
+// --plan lists 2 moves and changes nothing; rebalance ends 2/2/2, and each
+// moved machine's agent reported started on its new instance before the
+// old instance was stopped.
+func TestE2ERebalance(t *testing.T) {
+	tc := startController(t, "")
+	tc.ok("sim", "set-zone", "c", "--available=false")
+	tc.ok("add-machine", "-n", "6", "--group", "g", "--wait")
+	testutil.Eventually(t, "6 machines started", func() bool { return startedOn(tc.status(), tc.simInstances()) })
+	before := tc.status()
+	perZone := func(st api.StatusScript) map[string]int {
+		out := map[string]int{}
+		for _, m := range st.Machines {
+			out[m.Zone]++
+		}
+		return out
+	}
+	if got := perZone(before); got["a"] != 3 || got["b"] != 3 {
+		t.Fatalf("converged %v, want 3/3 over a, b", got)
+	}
+	tc.ok("sim", "set-zone", "c", "--available=true")
+	out := tc.ok("rebalance", "--group", "g", "--plan")
+	if !strings.Contains(out, "plan: 2 moves; nothing changed") || strings.Count(out, "→ c") != 2 {
+		t.Fatalf("rebalance --plan printed:\n%s", out)
+	}
+	for id, m := range tc.status().Machines {
+		if m.InstanceID != before.Machines[id].InstanceID {
+			t.Fatalf("--plan changed machine %s's instance", id)
+		}
+	}
+	if code, _, errOut := tc.cli("rebalance", "--group", "nope"); code != 1 || !strings.Contains(errOut, `group "nope" not found`) {
+		t.Fatalf("unknown group: exit %d, stderr %q", code, errOut)
+	}
+	out = tc.ok("rebalance", "--group", "g")
+	if !strings.Contains(out, "2 moves started") {
+		t.Fatalf("rebalance printed:\n%s", out)
+	}
+	testutil.Eventually(t, "2/2/2, every machine started on one instance", func() bool {
+		st := tc.status()
+		z := perZone(st)
+		return z["a"] == 2 && z["b"] == 2 && z["c"] == 2 && startedOn(st, tc.simInstances())
+	})
+	// Launch before stop, from the record: for each moved machine, its
+	// agent's "started" comes after the replacement began and before the
+	// old instance was stopped.
+	evs, err := tc.client().Events(context.Background(), "default", api.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for id, m := range tc.status().Machines {
+		if m.InstanceID == before.Machines[id].InstanceID {
+			continue
+		}
+		moved++
+		replace, started, replaced := -1, -1, -1
+		for i, e := range evs {
+			switch {
+			case e.Machine != id:
+			case e.Kind == "replace" && strings.Contains(e.Message, "rebalance"):
+				replace = i
+			case e.Kind == "started" && replace >= 0 && replaced < 0:
+				started = i
+			case e.Kind == "replaced":
+				replaced = i
+			}
+		}
+		if !(replace >= 0 && replace < started && started < replaced) {
+			t.Errorf("machine %s: events replace at %d, started at %d, replaced at %d: want in that order", id, replace, started, replaced)
+		}
+	}
+	if moved != 2 {
+		t.Fatalf("%d machines moved, want 2", moved)
+	}
+}
+
+// TestE2ERegistrationTimeout is issue 17's first Done-when, with the sim's
+// agents switched off for the first instance (sim-agents=false): after
+// registration-timeout the instance is replaced, and with agents back the
+// machine ends started on its second instance.
+func TestE2ERegistrationTimeout(t *testing.T) {
+	tc := startController(t, "")
+	tc.ok("model-config", "registration-timeout=3s", "sim-agents=false")
+	tc.ok("add-machine", "--wait")
+	first := tc.status().Machines["0"].InstanceID
+	testutil.Eventually(t, "the first instance replaced", func() bool {
+		return strings.Contains(tc.ok("events", "--machine", "0"), "replacing instance "+first+": registration-timeout")
+	})
+	tc.ok("model-config", "sim-agents=true")
+	testutil.Eventually(t, "machine 0 started on a second instance", func() bool {
+		st := tc.status()
+		m := st.Machines["0"]
+		return m.InstanceID != first && startedOn(st, tc.simInstances())
+	})
+	out := tc.ok("events", "--machine", "0")
+	if !strings.Contains(out, "replacing instance "+first+": registration-timeout") || !strings.Contains(out, first+" stopped, replaced by") {
+		t.Fatalf("events lack the replacement:\n%s", out)
+	}
+}
