@@ -310,6 +310,11 @@ type MachineUpdate struct {
 	// instance (the agent reports them); the machine must have one.
 	Addresses *[]string
 	Hardware  *Hardware
+	// Constraints and Base, when set, replace the machine's template
+	// (R5: apply records a group's new template); its instance stays
+	// until it is replaced.
+	Constraints *Constraints
+	Base        *string
 }
 
 // Ptr returns a pointer to v, for building MachineUpdates.

@@ -260,7 +260,7 @@ func (t *wtx) updateMachines(ctx context.Context, modelUUID string, us []muster.
 	if err != nil {
 		return err
 	}
-	var changed []*muster.Machine
+	var changed, templates []*muster.Machine
 	for _, u := range us {
 		n, _ := parseID(u.ID)
 		m, ok := current[n]
@@ -270,12 +270,26 @@ func (t *wtx) updateMachines(ctx context.Context, modelUUID string, us []muster.
 		if err := applyUpdate(m, u); err != nil {
 			return err
 		}
+		if u.Constraints != nil || u.Base != nil {
+			templates = append(templates, m)
+		}
 		if !t.seen[change{modelUUID, muster.ChangeMachine, m.ID}] {
 			changed = append(changed, m)
 			t.change(modelUUID, muster.ChangeMachine, m.ID)
 		}
 	}
-	return t.writeMachines(ctx, modelUUID, changed, nanos(t.s.clock.Now()))
+	if err := t.writeMachines(ctx, modelUUID, changed, nanos(t.s.clock.Now())); err != nil {
+		return err
+	}
+	// A new template (R5) is rare: one statement per machine.
+	for _, m := range templates {
+		n, _ := parseID(m.ID)
+		if _, err := t.exec(ctx, `UPDATE machines SET constraints = ?, base = ? WHERE model_uuid = ? AND id = ?`,
+			m.Constraints.String(), m.Base, modelUUID, n); err != nil {
+			return fmt.Errorf("update template of machine %s: %w", m.ID, err)
+		}
+	}
+	return nil
 }
 
 // machinesForUpdate reads the named machines that exist in one query,
@@ -426,6 +440,15 @@ func applyUpdate(m *muster.Machine, u muster.MachineUpdate) error {
 	}
 	if u.Hardware != nil {
 		m.Instance.Hardware = *u.Hardware
+	}
+	if u.Base != nil {
+		if _, _, err := muster.ParseBase(*u.Base); err != nil {
+			return err
+		}
+		m.Base = *u.Base
+	}
+	if u.Constraints != nil {
+		m.Constraints = *u.Constraints
 	}
 	return nil
 }

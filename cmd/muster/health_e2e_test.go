@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -122,5 +124,62 @@ func TestE2ERegistrationTimeout(t *testing.T) {
 	out := tc.ok("events", "--machine", "0")
 	if !strings.Contains(out, "replacing instance "+first+": registration-timeout") || !strings.Contains(out, first+" stopped, replaced by") {
 		t.Fatalf("events lack the replacement:\n%s", out)
+	}
+}
+
+// TestE2EDrift is issue 17's third Done-when: a group's constraints change
+// from cores=2 to cores=4; apply --dry-run names the drifted machines and
+// changes nothing; apply records the template and leaves the machines
+// running as they are; apply --replace ends with every machine of the
+// group started on one instance with at least 4 cores.
+func TestE2EDrift(t *testing.T) {
+	tc := startController(t, "")
+	dir := t.TempDir()
+	write := func(name, cons string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("groups:\n  - name: g\n    count: 3\n    constraints: "+cons+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v1, v2 := write("v1.yaml", "cores=2"), write("v2.yaml", "cores=4")
+	tc.ok("apply", "-f", v1, "--wait")
+	testutil.Eventually(t, "3 machines started", func() bool { return startedOn(tc.status(), tc.simInstances()) })
+	before := tc.status()
+
+	out := tc.ok("apply", "-f", v2, "--dry-run")
+	if !strings.Contains(out, "group g: 3 machines drifted (cores=2 → cores=4): running machines stay as they are") || !strings.Contains(out, "dry run") {
+		t.Fatalf("apply --dry-run printed:\n%s", out)
+	}
+	for id, m := range tc.status().Machines {
+		if m.Constraints != "cores=2" || m.InstanceID != before.Machines[id].InstanceID {
+			t.Fatalf("dry run changed machine %s: %+v", id, m)
+		}
+	}
+	tc.ok("apply", "-f", v2)
+	for id, m := range tc.status().Machines {
+		if m.Constraints != "cores=4" || m.InstanceID != before.Machines[id].InstanceID {
+			t.Fatalf("apply without --replace: machine %s constraints %q instance %s, want cores=4 on the same instance", id, m.Constraints, m.InstanceID)
+		}
+	}
+	out = tc.ok("apply", "-f", v2, "--dry-run")
+	if !strings.Contains(out, "group g: 3 machines drifted (instance ") || !strings.Contains(out, "cores=2") {
+		t.Fatalf("apply --dry-run after the template was recorded printed:\n%s", out)
+	}
+	out = tc.ok("apply", "-f", v2, "--replace")
+	if !strings.Contains(out, "replaced as a rolling update") {
+		t.Fatalf("apply --replace printed:\n%s", out)
+	}
+	testutil.Eventually(t, "every machine started on a cores=4 instance", func() bool {
+		st := tc.status()
+		for _, m := range st.Machines {
+			if !strings.Contains(m.Hardware, "cores=4") {
+				return false
+			}
+		}
+		return startedOn(st, tc.simInstances())
+	})
+	if out := tc.ok("apply", "-f", v2, "--dry-run"); strings.Contains(out, "drifted") {
+		t.Fatalf("still drifted after --replace:\n%s", out)
 	}
 }

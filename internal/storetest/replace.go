@@ -60,3 +60,33 @@ func testReplaceInstance(t *testing.T, h *harness) {
 		}
 	}
 }
+
+// testUpdateTemplate: an update may replace a machine's constraints and
+// base (R5); provisioning info follows, a bad base is refused whole.
+func testUpdateTemplate(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	addMachines(t, s, m.UUID, 2)
+	c := muster.MustParseConstraints("cores=4 mem=8G")
+	update(t, s, m.UUID, muster.MachineUpdate{ID: "0", Constraints: &c, Base: muster.Ptr("ubuntu@22.04"), InstanceMessage: muster.Ptr("x")})
+	got, err := s.Machine(ctx, m.UUID, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Constraints.String() != "cores=4 mem=8G" || got.Base != "ubuntu@22.04" || got.InstanceMessage != "x" {
+		t.Fatalf("got constraints %q base %q message %q, want cores=4 mem=8G, ubuntu@22.04, x", got.Constraints, got.Base, got.InstanceMessage)
+	}
+	infos, err := s.ProvisioningInfo(ctx, m.UUID, []string{"0"})
+	if err != nil || infos["0"].Constraints.String() != "cores=4 mem=8G" || infos["0"].Base != "ubuntu@22.04" {
+		t.Fatalf("provisioning info %+v %v: want the new template", infos["0"], err)
+	}
+	err = s.UpdateMachines(ctx, m.UUID, []muster.MachineUpdate{
+		{ID: "1", Constraints: &c},
+		{ID: "0", Base: muster.Ptr("ubuntu")},
+	})
+	wantCode(t, "bad base", err, muster.EInvalid)
+	if got, _ := s.Machine(ctx, m.UUID, "1"); got.Constraints.String() != "" {
+		t.Fatalf("machine 1 constraints %q after a refused update, want none", got.Constraints)
+	}
+}

@@ -39,6 +39,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"UpdateAllOrNothing", testUpdateAllOrNothing},
 		{"RecordInstances", testRecordInstances},
 		{"ReplaceInstance", testReplaceInstance},
+		{"UpdateTemplate", testUpdateTemplate},
 		{"RemoveMachines", testRemoveMachines},
 		{"ProvisioningInfo", testProvisioningInfo},
 		{"DistributionGroups", testDistributionGroups},
