@@ -13,14 +13,27 @@ import (
 // provisioner writes it as JSON into StartParams.UserData; the docker
 // provider places it in the container, cloud-init on a VM.
 type AgentConfig struct {
-	Controller   string   `json:"controller"`    // controller uuid
-	Model        string   `json:"model"`         // model uuid (or name)
-	Machine      string   `json:"machine"`       // machine id
-	Nonce        string   `json:"nonce"`         // the provisioning attempt's nonce
-	Password     string   `json:"password"`      // the agent's password, in clear
-	APIAddresses []string `json:"api-addresses"` // controller URLs, https://host:port, tried in order
-	CACert       string   `json:"ca-cert"`       // PEM certificate of the controller's CA
+	Controller   string   `json:"controller"`         // controller uuid
+	Model        string   `json:"model"`              // model uuid (or name)
+	Machine      string   `json:"machine"`            // machine id
+	Nonce        string   `json:"nonce,omitempty"`    // the provisioning attempt's nonce
+	Password     string   `json:"password,omitempty"` // the agent's password, in clear
+	APIAddresses []string `json:"api-addresses"`      // controller URLs, https://host:port, tried in order
+	CACert       string   `json:"ca-cert"`            // PEM certificate of the controller's CA
+	// EnrolToken, in the shared user data of a batch start, is the batch's
+	// one-time enrolment token: the agent enrols with it (and the
+	// instance's signed identity) for its machine's nonce and password,
+	// which the config then lacks (SPEC §4).
+	EnrolToken string `json:"enrol-token,omitempty"`
+	// MetadataURL is where an enrolling agent reads its instance identity
+	// (EC2's instance metadata service, http://169.254.169.254/latest, by
+	// default).
+	MetadataURL string `json:"metadata-url,omitempty"`
 }
+
+// Enrolling reports whether c is an enrolment config: a batch token and
+// no password yet.
+func (c AgentConfig) Enrolling() bool { return c.EnrolToken != "" && c.Password == "" }
 
 // ParseAgentConfig decodes a JSON agent configuration and validates it.
 // Unknown keys are ignored, so that an older agent accepts the
@@ -43,9 +56,14 @@ func ParseAgentConfig(data []byte) (AgentConfig, error) {
 // Validate checks that every field needed to log in is present and well
 // formed; the error (EInvalid) names the first bad key.
 func (c AgentConfig) Validate() error {
-	for _, f := range []struct{ key, val string }{
+	need := []struct{ key, val string }{
 		{"model", c.Model}, {"machine", c.Machine}, {"nonce", c.Nonce}, {"password", c.Password}, {"ca-cert", c.CACert},
-	} {
+	}
+	if c.Enrolling() {
+		// The machine, nonce and password come from enrolment.
+		need = []struct{ key, val string }{{"model", c.Model}, {"ca-cert", c.CACert}}
+	}
+	for _, f := range need {
 		if f.val == "" {
 			return Errorf(EInvalid, "bad agent config: %s is missing", f.key)
 		}

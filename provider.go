@@ -215,3 +215,14 @@ func ProviderErrorKindOf(err error) ProviderErrorKind {
 // IsZoneIndependent reports whether no other zone would help. Unclassified
 // errors count as zone-specific, as in Juju.
 func IsZoneIndependent(err error) bool { return ProviderErrorKindOf(err) == ErrZoneIndependent }
+
+// BatchEnroller is offered by BatchStarters whose batch instances boot
+// with shared user data and can prove which instance they are (a signed
+// instance identity document, SPEC §4): the provisioner then gives a
+// batch's starts an enrolment config with a one-time batch token instead
+// of each machine's password, and the instances enrol for their
+// credentials.
+type BatchEnroller interface {
+	// EnrolsBatches reports whether batches enrol.
+	EnrolsBatches() bool
+}

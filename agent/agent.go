@@ -57,10 +57,19 @@ type Options struct {
 	// OnStarted, when set, is called each time the agent has reported its
 	// machine started (after every login).
 	OnStarted func()
+	// Identity, when set, returns the instance's identity document and
+	// signature for enrolment; default: read from the metadata service
+	// at the config's metadata-url (FetchIdentity).
+	Identity func(ctx context.Context) (doc []byte, sig string, err error)
+	// OnEnrolled, when set, is called with the complete config once the
+	// agent has enrolled, to keep it: the credentials are handed out once.
+	OnEnrolled func(muster.AgentConfig) error
 }
 
 // Run runs the agent of cfg until ctx ends (then it returns nil) or it
-// fails for good. When the controller reports the machine dying (it is
+// fails for good. An enrolment config (a batch token, no password) first
+// enrols for the machine's credentials with the instance's identity
+// (Options.Identity); a refused enrolment fails for good. When the controller reports the machine dying (it is
 // being removed), the agent makes it dead, as Juju's machiner does, and
 // then idles until ctx ends: the provisioner stops the instance, and an
 // instance whose process exited on its own could look gone to it. Run
@@ -82,6 +91,14 @@ func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
 	a, err := newAgent(cfg, opts)
 	if err != nil {
 		return err
+	}
+	if cfg.Enrolling() {
+		if err := a.enrol(ctx); ctx.Err() != nil {
+			return nil
+		} else if err != nil {
+			a.log.Error("agent giving up", "err", err)
+			return err
+		}
 	}
 	for {
 		s, err := a.login(ctx)

@@ -38,7 +38,10 @@ type harness struct {
 	blockHeartbeats atomic.Bool  // answer heartbeats 503, as if the network dropped them
 }
 
-func newHarness(tb testing.TB) *harness {
+func newHarness(tb testing.TB) *harness { tb.Helper(); return newHarnessRuntime(tb, nil) }
+
+// newHarnessRuntime is newHarness with the server's api.Runtime.
+func newHarnessRuntime(tb testing.TB, rt api.Runtime) *harness {
 	tb.Helper()
 	ctx := context.Background()
 	clk := fakeclock.New(start)
@@ -54,7 +57,7 @@ func newHarness(tb testing.TB) *harness {
 	token, hash := auth.NewToken()
 	srv, err := api.NewServer(api.Config{
 		Store: st, ControllerUUID: muster.NewUUID(), AdminTokenHash: hash, Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Runtime: rt,
 	})
 	if err != nil {
 		tb.Fatal(err)

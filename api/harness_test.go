@@ -193,6 +193,7 @@ type testRuntime struct {
 	validateModel    func(m muster.Model) error
 	agentBinary      func(sha256 string) (string, error)
 	providerHandler  func(modelUUID string) http.Handler
+	identityCert     []byte // nil: none
 }
 
 var _ api.Runtime = (*testRuntime)(nil)
@@ -227,6 +228,13 @@ func (r *testRuntime) AgentBinary(sum string) (string, error) {
 		return "", muster.Errorf(muster.ENotFound, "no agent binary with SHA-256 %s", sum)
 	}
 	return r.agentBinary(sum)
+}
+
+func (r *testRuntime) IdentityCert(modelUUID string) ([]byte, error) {
+	if r.identityCert == nil {
+		return nil, muster.Errorf(muster.EUnavailable, "no instance identity certificate")
+	}
+	return r.identityCert, nil
 }
 
 func (r *testRuntime) ProviderHandler(modelUUID string) http.Handler {

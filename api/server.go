@@ -84,6 +84,10 @@ type Runtime interface {
 	// embedded sim's), or nil when it has none. It is served to admins at
 	// /v1/models/{model}/sim/ with that prefix stripped.
 	ProviderHandler(modelUUID string) http.Handler
+	// IdentityCert returns the PEM certificate that verifies the instance
+	// identity documents of a model's cloud (batch enrolment, SPEC §4);
+	// unavailable when the model's provider has none.
+	IdentityCert(modelUUID string) ([]byte, error)
 }
 
 // Server is the API's http.Handler. Create it with NewServer, call Start to
@@ -186,6 +190,7 @@ func (s *Server) routes() {
 	m.Handle("GET /static/", staticHandler())
 
 	m.Handle("POST /v1/agent/login", http.HandlerFunc(s.handleLogin))
+	m.HandleFunc("POST "+EnrolPath, s.handleEnrol)
 	ag := s.agentOnly
 	m.Handle("GET /v1/agent/models/{model}/machines/{id}", ag(s.handleAgentMachine))
 	m.Handle("PUT /v1/agent/models/{model}/machines/{id}", ag(s.handleAgentSetMachine))

@@ -9,6 +9,9 @@
 // cloud call for many instances sharing one user data) carries one config
 // file per launch index and a common part; a provider-specific shell snippet
 // finds the instance's launch index, and the script keeps that config only.
+// The provisioner gives a batch enrolment configs (SPEC §4): the common
+// part holds the batch's one-time token, each index only its machine id and
+// launch token, so no machine's password or nonce is in the shared data.
 //
 // Every error returned is a zone-independent *muster.ProviderError: the
 // inputs are start parameters, and no zone would change them.

@@ -48,6 +48,32 @@ func params(tb testing.TB, ca, machine, binURL, binSHA string) muster.StartParam
 		}}
 }
 
+// batchParams returns start params of machine in a batch, as the
+// provisioner makes them (SPEC §4): an enrolment config with the batch's
+// token, no nonce or password.
+func batchParams(tb testing.TB, ca, machine, token, binURL, binSHA string) muster.StartParams {
+	tb.Helper()
+	sp := params(tb, ca, machine, binURL, binSHA)
+	ud, err := json.Marshal(muster.AgentConfig{Controller: "c", Model: "m", Machine: machine, EnrolToken: token,
+		APIAddresses: []string{"https://10.0.0.1:17070"}, CACert: ca})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sp.UserData = ud
+	return sp
+}
+
+// noSecrets fails when a batch's shared user data carries a machine's
+// password or nonce.
+func noSecrets(tb testing.TB, ud []byte) {
+	tb.Helper()
+	for _, k := range []string{`"password"`, `"nonce"`, "password", "machine-0:"} {
+		if strings.Contains(string(ud), k) {
+			tb.Fatalf("batch user data holds %s:\n%s", k, ud)
+		}
+	}
+}
+
 const zeroSHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 func agent(tb testing.TB, sp muster.StartParams) *Agent {
@@ -124,7 +150,7 @@ func TestBatchParsesBack(t *testing.T) {
 	var ls []Launch
 	var as []*Agent
 	for i := range 4 {
-		sp := params(t, ca, strconv.Itoa(i), "https://h/a", zeroSHA)
+		sp := batchParams(t, ca, strconv.Itoa(i), "tok", "https://h/a", zeroSHA)
 		ls = append(ls, Launch{Machine: sp.MachineID, LaunchToken: sp.LaunchToken})
 		as = append(as, agent(t, sp))
 	}
@@ -132,6 +158,7 @@ func TestBatchParsesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noSecrets(t, ud)
 	got, err := ParseLaunches(ud)
 	if err != nil || len(got) != 4 || got[3] != ls[3] {
 		t.Errorf("ParseLaunches: got %v, %v", got, err)
@@ -263,7 +290,7 @@ func TestBootstrapBatchKeepsOwnConfig(t *testing.T) {
 	var ls []Launch
 	var as []*Agent
 	for i := range 3 {
-		sp := params(t, ca, strconv.Itoa(20+i), url, sha)
+		sp := batchParams(t, ca, strconv.Itoa(20+i), "the-token", url, sha)
 		ls = append(ls, Launch{Machine: sp.MachineID, LaunchToken: sp.LaunchToken})
 		as = append(as, agent(t, sp))
 	}
@@ -271,14 +298,15 @@ func TestBootstrapBatchKeepsOwnConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noSecrets(t, ud)
 	root, err, out := boot(t, ud)
 	if err != nil {
 		t.Fatalf("bootstrap: %v\n%s", err, out)
 	}
 	b, _ := os.ReadFile(filepath.Join(root, AgentConfigPath))
 	got, err := muster.ParseAgentConfig(b)
-	if err != nil || got.Machine != "22" || got.Password != as[2].Config.Password {
-		t.Errorf("agent config %s: %+v, %v; want machine 22's", b, got, err)
+	if err != nil || got.Machine != "22" || got.EnrolToken != "the-token" || !got.Enrolling() {
+		t.Errorf("agent config %s: %+v, %v; want machine 22's enrolment config", b, got, err)
 	}
 	if _, err := os.Stat(filepath.Join(root, AgentsDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("other machines' configs left: %v", err)
@@ -309,7 +337,7 @@ func TestAgentConfigOf(t *testing.T) {
 	var ls []Launch
 	var as []*Agent
 	for i := range 3 {
-		sp := params(t, ca, strconv.Itoa(30+i), "https://h/a", zeroSHA)
+		sp := batchParams(t, ca, strconv.Itoa(30+i), "tok", "https://h/a", zeroSHA)
 		ls = append(ls, Launch{Machine: sp.MachineID, LaunchToken: sp.LaunchToken})
 		as = append(as, agent(t, sp))
 	}

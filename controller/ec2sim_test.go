@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/internal/testutil"
@@ -68,6 +70,17 @@ func TestEC2OnSimServerMachinesStart(t *testing.T) {
 
 	client := ec2.New(ec2.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider(sim.DefaultEC2AccessKey, sim.DefaultEC2SecretKey, "")})
+	// The batch's shared user data holds no machine's secret: the agents
+	// enrolled with the batch token and their instances' identities.
+	for _, id := range ids {
+		ud := userDataOf(t, client, st.Machines[id].InstanceID)
+		if !strings.Contains(ud, "enrol-token") || strings.Contains(ud, "password") || strings.Contains(ud, "nonce") {
+			t.Fatalf("user data of machine %s's instance: want an enrolment token and no password or nonce:\n%s", id, ud)
+		}
+	}
+	if n := countEvents(t, ac, "aws", "enrol"); n != len(ids) {
+		t.Errorf("%d enrol events, want one per machine (%d)", n, len(ids))
+	}
 	inst := st.Machines[ids[0]].InstanceID
 	if _, err := client.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{inst}}); err != nil {
 		t.Fatal(err)
@@ -87,4 +100,36 @@ func TestEC2OnSimServerMachinesStart(t *testing.T) {
 		_, ok2 := ms[ids[2]]
 		return !ok1 && !ok2 && len(ms) == 2
 	})
+}
+
+// userDataOf returns an instance's user data as EC2's
+// DescribeInstanceAttribute gives it, decoded.
+func userDataOf(tb testing.TB, client *ec2.Client, id string) string {
+	tb.Helper()
+	out, err := client.DescribeInstanceAttribute(context.Background(), &ec2.DescribeInstanceAttributeInput{
+		InstanceId: aws.String(id), Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := base64.StdEncoding.DecodeString(aws.ToString(out.UserData.Value))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+// countEvents counts a model's events of a kind.
+func countEvents(tb testing.TB, ac *agentsController, model, kind string) int {
+	tb.Helper()
+	evs, err := ac.client.Events(context.Background(), model, api.EventQuery{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
 }

@@ -53,6 +53,10 @@ type ModelProvider struct {
 	Cleanup func(ctx context.Context) error
 	// Close releases the provider; required.
 	Close func() error
+	// IdentityCert, when set, is the PEM certificate that verifies the
+	// instance identity documents of the provider's cloud, with which
+	// batch-started agents enrol (SPEC §4).
+	IdentityCert []byte
 
 	// simAgents runs the simulated agents of an embedded sim; nil
 	// otherwise.
@@ -170,10 +174,14 @@ func openSimProvider(ctx context.Context, env ProviderEnv) (*ModelProvider, erro
 		}
 		return nil, fmt.Errorf("open embedded sim of model %s: %w", env.Model.Name, err)
 	}
+	if agents != nil {
+		agents.setCloud(cloud)
+	}
 	return &ModelProvider{
-		Provider:  cloud.Provider(env.ControllerUUID, env.Model.UUID),
-		Handler:   sim.NewServer(cloud),
-		simAgents: agents,
+		Provider:     cloud.Provider(env.ControllerUUID, env.Model.UUID),
+		Handler:      sim.NewServer(cloud),
+		IdentityCert: cloud.IdentityCert(),
+		simAgents:    agents,
 		Close: func() error {
 			if agents != nil {
 				agents.close()

@@ -117,3 +117,13 @@ func (c *Controller) ProviderHandler(modelUUID string) http.Handler {
 	}
 	return nil
 }
+
+// IdentityCert returns the certificate of the model's cloud that verifies
+// its instance identity documents, when its provisioner runs here and the
+// provider has one.
+func (c *Controller) IdentityCert(modelUUID string) ([]byte, error) {
+	if r := c.runner(modelUUID); r != nil && r.provider.IdentityCert != nil {
+		return r.provider.IdentityCert, nil
+	}
+	return nil, muster.Errorf(muster.EUnavailable, "no instance identity certificate for model %s on this controller", modelUUID)
+}

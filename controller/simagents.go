@@ -30,17 +30,11 @@ type simAgents struct {
 	apiURL    string
 	caCert    string
 	clock     muster.Clock
-	bootDelay time.Duration // before an instance's agent starts (SPEC §3.1)
 	log       *slog.Logger
 	hc        *http.Client // shared by every agent of the model
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	closed  bool
-	running map[string]*simAgent // by instance id
+	runner    *agent.Runner
+	cloud     *sim.Cloud    // set by setCloud once the sim is open
+	ready     chan struct{} // closed by setCloud
 
 	enabledMu sync.Mutex
 	enabled   bool
@@ -50,8 +44,6 @@ type simAgents struct {
 	started atomic.Int64 // agents that reported their machine started
 }
 
-type simAgent struct{ cancel context.CancelFunc }
-
 func newSimAgents(env ProviderEnv) (*simAgents, error) {
 	tlsCfg, err := auth.ClientTLSConfig(env.CACert)
 	if err != nil {
@@ -60,12 +52,12 @@ func newSimAgents(env ProviderEnv) (*simAgents, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tlsCfg
 	tr.MaxIdleConnsPerHost = 64
-	ctx, cancel := context.WithCancel(context.Background())
 	return &simAgents{
 		store: env.Store, modelUUID: env.Model.UUID, apiURL: env.APIURL, caCert: string(env.CACert),
-		clock: env.Clock, bootDelay: env.SimAgentBootDelay, log: env.Logger.With("component", "sim-agents"),
-		hc:  &http.Client{Transport: tr},
-		ctx: ctx, cancel: cancel, running: map[string]*simAgent{},
+		clock: env.Clock, log: env.Logger.With("component", "sim-agents"),
+		hc:     &http.Client{Transport: tr},
+		runner: agent.NewRunner(env.Clock, env.SimAgentBootDelay),
+		ready:  make(chan struct{}),
 	}, nil
 }
 
@@ -84,44 +76,17 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 	cfg.APIAddresses, cfg.CACert = []string{s.apiURL}, s.caCert
 	hw := muster.Hardware{Arch: inst.Arch, Cores: uint64(inst.Cores), Mem: inst.Mem, RootDisk: inst.RootDisk, AvailabilityZone: inst.Zone}
 	addrs := append([]string(nil), inst.Addresses...)
-
-	ctx, cancel := context.WithCancel(s.ctx)
-	a := &simAgent{cancel: cancel}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		cancel()
-		return
-	}
-	if old := s.running[inst.ID]; old != nil {
-		old.cancel() // started again (e.g. a repeated launch): the newer credentials win
-	}
-	s.running[inst.ID] = a
-	s.wg.Add(1)
-	s.mu.Unlock()
-
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			cancel()
-			s.mu.Lock()
-			if s.running[inst.ID] == a {
-				delete(s.running, inst.ID)
-			}
-			s.mu.Unlock()
-		}()
-		t := s.clock.NewTimer(s.bootDelay)
+	s.runner.Start(inst.ID, func(ctx context.Context) {
 		select {
+		case <-s.ready: // instances restored while the sim opens boot once it is
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C():
 		}
 		if !s.isEnabled(ctx) {
 			s.skipped.Add(1)
 			return
 		}
-		err := agent.Run(ctx, cfg, agent.Options{
+		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
 			Logger:     s.log.With("instance", inst.ID),
 			Clock:      s.clock,
 			Hardware:   func() muster.Hardware { return hw },
@@ -129,23 +94,22 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 			HTTPClient: s.hc,
 			OnStarted:  func() { s.started.Add(1) },
 		})
+		err := agent.Run(ctx, cfg, opts)
 		if err != nil {
 			s.log.Info("simulated agent stopped", "instance", inst.ID, "machine", cfg.Machine, "err", err)
 		}
-	}()
+	})
+}
+
+// setCloud gives the agents the open sim, whose instances they boot on.
+func (s *simAgents) setCloud(c *sim.Cloud) {
+	s.cloud = c
+	close(s.ready)
 }
 
 // onStop is the sim's OnStop hook: the instance's agent stops, so its
 // machine goes down.
-func (s *simAgents) onStop(id string) {
-	s.mu.Lock()
-	a := s.running[id]
-	delete(s.running, id)
-	s.mu.Unlock()
-	if a != nil {
-		a.cancel()
-	}
-}
+func (s *simAgents) onStop(id string) { s.runner.Stop(id) }
 
 // isEnabled reads the model's sim-agents setting, at most once per
 // simAgentsCheckEvery.
@@ -168,11 +132,7 @@ func (s *simAgents) isEnabled(ctx context.Context) bool {
 }
 
 // count returns how many agents run.
-func (s *simAgents) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.running)
-}
+func (s *simAgents) count() int { return s.runner.Count() }
 
 // stopSimAgents stops the simulated agents of every model. The controller
 // does it before shutting its server down: a connection the agents' shared
@@ -195,10 +155,6 @@ func (c *Controller) stopSimAgents() {
 // close stops every agent and waits for them; it may be called more than
 // once.
 func (s *simAgents) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
+	s.runner.Close()
 	s.hc.CloseIdleConnections()
 }

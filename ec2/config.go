@@ -1,9 +1,12 @@
 package ec2
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,7 +18,7 @@ import (
 
 // ConfigKeys are the model config keys (muster.Model.Config) of an ec2
 // model, e.g. `muster add-model aws --provider ec2 --config region=us-east-1`.
-var ConfigKeys = []string{"region", "endpoint", "profile"}
+var ConfigKeys = []string{"region", "endpoint", "profile", "identity-cert"}
 
 // Config configures a Provider. Credentials never come from a model's
 // config: they come from the standard AWS chain.
@@ -41,6 +44,12 @@ type Config struct {
 	LoopbackCredentials aws.CredentialsProvider
 	// Logger gets the provider's records; default slog.Default().
 	Logger *slog.Logger
+	// IdentityCert is the PEM certificate that verifies the region's
+	// instance identity documents (AWS publishes one per region; a sim
+	// serves its own). With it, a batch's instances enrol for their
+	// credentials (SPEC §4); without it, batches carry each machine's
+	// agent config as single starts do.
+	IdentityCert []byte
 }
 
 // regionRE matches region names such as us-east-1, ap-southeast-2,
@@ -56,6 +65,7 @@ var credentialWords = []string{"access-key", "accesskey", "secret", "token", "pa
 //	region=us-east-1                  Config.Region (required)
 //	endpoint=http://HOST:PORT         Config.Endpoint (default: the region's AWS endpoint)
 //	profile=NAME                      Config.Profile (default: the default profile)
+//	identity-cert=FILE                Config.IdentityCert, read from FILE (PEM) on the controller's host
 //
 // Unknown keys, keys that look like credentials and bad values are EInvalid
 // errors naming the key. cfg is changed only when the whole config is good.
@@ -75,6 +85,17 @@ func ApplyModelConfig(cfg *Config, m map[string]string) error {
 			c.Endpoint = v
 		case "profile":
 			c.Profile = v
+		case "identity-cert":
+			b, err := os.ReadFile(v)
+			if err != nil {
+				return muster.Errorf(muster.EInvalid, "ec2 provider: identity-cert: %v", err)
+			}
+			if block, _ := pem.Decode(b); block == nil || block.Type != "CERTIFICATE" {
+				return muster.Errorf(muster.EInvalid, "ec2 provider: identity-cert: %s holds no PEM certificate", v)
+			} else if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+				return muster.Errorf(muster.EInvalid, "ec2 provider: identity-cert: %s: %v", v, err)
+			}
+			c.IdentityCert = b
 		default:
 			if looksLikeCredential(k) {
 				return muster.Errorf(muster.EInvalid, "ec2 provider: config key %q looks like a credential: muster never stores credentials; use the AWS credential chain (environment, ~/.aws/credentials, profile=NAME, SSO or an instance role)", k)

@@ -1,9 +1,20 @@
 package ec2
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -32,7 +43,7 @@ func TestApplyModelConfig(t *testing.T) {
 		{"endpoint with query", map[string]string{"region": "us-east-1", "endpoint": "http://h/ec2/?a=b"}, Config{}, "no query"},
 		{"endpoint with user", map[string]string{"region": "us-east-1", "endpoint": "http://AKIA:secret@h/ec2/"}, Config{}, "no user info"},
 		{"profile with space", map[string]string{"region": "us-east-1", "profile": "my profile"}, Config{}, `bad profile "my profile"`},
-		{"unknown key", map[string]string{"region": "us-east-1", "zones": "a,b"}, Config{}, `unknown ec2 provider config key "zones" (known: region, endpoint, profile)`},
+		{"unknown key", map[string]string{"region": "us-east-1", "zones": "a,b"}, Config{}, `unknown ec2 provider config key "zones" (known: region, endpoint, profile, identity-cert)`},
 		{"access-key", map[string]string{"region": "us-east-1", "access-key": "AKIA"}, Config{}, `config key "access-key" looks like a credential`},
 		{"secret-key", map[string]string{"region": "us-east-1", "secret-key": "x"}, Config{}, `config key "secret-key" looks like a credential`},
 		{"aws_access_key_id", map[string]string{"region": "us-east-1", "aws_access_key_id": "AKIA"}, Config{}, `"aws_access_key_id" looks like a credential`},
@@ -40,6 +51,8 @@ func TestApplyModelConfig(t *testing.T) {
 		{"secret", map[string]string{"region": "us-east-1", "secret": "x"}, Config{}, `"secret" looks like a credential`},
 		{"token", map[string]string{"region": "us-east-1", "token": "x"}, Config{}, `"token" looks like a credential`},
 		{"session token", map[string]string{"region": "us-east-1", "aws_session_token": "x"}, Config{}, `"aws_session_token" looks like a credential`},
+		{"identity-cert missing", map[string]string{"region": "us-east-1", "identity-cert": "/no/such/cert.pem"}, Config{}, "identity-cert: open /no/such/cert.pem"},
+		{"identity-cert not PEM", map[string]string{"region": "us-east-1", "identity-cert": "config_test.go"}, Config{}, "config_test.go holds no PEM certificate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,7 +82,7 @@ func TestApplyModelConfig(t *testing.T) {
 			if !muster.IsCode(err, muster.EInvalid) {
 				t.Errorf("got code %q, want %q", muster.ErrorCode(err), muster.EInvalid)
 			}
-			if cfg != (Config{Profile: "before"}) {
+			if !reflect.DeepEqual(cfg, Config{Profile: "before"}) {
 				t.Errorf("cfg changed on error: %+v", cfg)
 			}
 		})
@@ -103,5 +116,34 @@ func TestOpenChecksConfig(t *testing.T) {
 	_, err := Open(ctx, Config{Region: "us-east-1", Profile: "no-such-profile"}, "c", "m")
 	if !muster.IsCode(err, muster.EInvalid) || !strings.Contains(err.Error(), "no-such-profile") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("Open with an unknown profile: got %v, want a one-line EInvalid naming the profile", err)
+	}
+}
+
+// identity-cert reads the PEM certificate that verifies the region's
+// instance identity documents; with one, batches enrol.
+func TestIdentityCertConfig(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	path := filepath.Join(t.TempDir(), "aws.pem")
+	if err := os.WriteFile(path, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	if err := ApplyModelConfig(&cfg, map[string]string{"region": "us-east-1", "identity-cert": path}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(cfg.IdentityCert, certPEM) {
+		t.Fatalf("IdentityCert not read from %s", path)
+	}
+	if (&Provider{idCert: cfg.IdentityCert}).EnrolsBatches() != true || (&Provider{}).EnrolsBatches() {
+		t.Fatalf("EnrolsBatches must follow the identity certificate")
 	}
 }

@@ -62,6 +62,7 @@ const (
 // for one model of one controller. It is safe for concurrent use.
 type Provider struct {
 	client     *ec2.Client
+	idCert     []byte // Config.IdentityCert: batches enrol only with one
 	region     string
 	controller string
 	model      string
@@ -126,6 +127,7 @@ func Open(ctx context.Context, cfg Config, controllerUUID, modelUUID string) (*P
 			Message: "ec2 provider: load AWS configuration: " + oneLine(err.Error())}
 	}
 	p := &Provider{
+		idCert:     cfg.IdentityCert,
 		region:     cfg.Region,
 		controller: controllerUUID,
 		model:      modelUUID,

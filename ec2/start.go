@@ -683,3 +683,9 @@ func truncate(s string, n int) string {
 	}
 	return string([]rune(s)[:n-1]) + "…"
 }
+
+// EnrolsBatches implements muster.BatchEnroller: a batch's instances share
+// their user data, so they enrol with EC2's signed instance identity
+// documents instead of carrying each machine's password (SPEC §4) — when
+// the controller can verify those documents (Config.IdentityCert).
+func (p *Provider) EnrolsBatches() bool { return len(p.idCert) > 0 }

@@ -723,6 +723,18 @@ func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zo
 	for i, j := range js {
 		ps[i] = j.params
 	}
+	if e, ok := bs.(muster.BatchEnroller); ok && e.EnrolsBatches() {
+		var err error
+		if ps, err = p.enrolParams(ctx, js); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			for _, j := range js {
+				p.send(ctx, attemptFailed{job: j, zone: zone, err: muster.NewProviderError(muster.ErrUnavailable, "", "%v", err)})
+			}
+			return
+		}
+	}
 	var outs []muster.StartOutcome
 	err := p.call(ctx, "start-batch", func(ctx context.Context) error {
 		outs = bs.StartInstances(ctx, ps)

@@ -100,6 +100,9 @@ type Cloud struct {
 
 	w writer // the state file's
 
+	id    *identity                    // signs instance identity documents
+	files map[string]map[string][]byte // instance id → path → data: the instances' disks
+
 	saveDelay time.Duration
 	kick      chan struct{}
 	quit      chan struct{}
@@ -140,6 +143,7 @@ func Open(cfg Config) (*Cloud, error) {
 		spaces:       cfg.Spaces,
 		instances:    map[string]*Instance{},
 		params:       map[string]*muster.StartParams{},
+		files:        map[string]map[string][]byte{},
 		tokens:       map[string]string{},
 		addrUsed:     map[string]bool{},
 		limits:       limits{calls: map[string]*bucket{}},
@@ -230,6 +234,9 @@ func Open(cfg Config) (*Cloud, error) {
 			if pi.Params != nil {
 				c.params[inst.ID] = pi.Params
 			}
+			if pi.Files != nil {
+				c.files[inst.ID] = pi.Files
+			}
 			if tok := inst.Tags[muster.TagLaunchToken]; tok != "" {
 				c.tokens[tokenKey(inst.Controller(), inst.Model(), tok)] = inst.ID
 			}
@@ -256,6 +263,15 @@ func Open(cfg Config) (*Cloud, error) {
 			}
 		}
 	}
+	var idKey string
+	if loaded != nil {
+		idKey = loaded.IdentityKey
+	}
+	id, err := loadIdentity(idKey, c.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	c.id = id
 	if err := c.save(true); err != nil {
 		return nil, err
 	}
@@ -956,6 +972,7 @@ func (c *Cloud) unlaunchLocked(inst *Instance) {
 func (c *Cloud) forgetLocked(inst *Instance) {
 	delete(c.instances, inst.ID)
 	delete(c.params, inst.ID)
+	delete(c.files, inst.ID)
 	c.untoken(inst)
 	for _, a := range inst.Addresses {
 		delete(c.addrUsed, a)

@@ -145,6 +145,9 @@ func NewServer(c *Cloud) http.Handler {
 	mux.HandleFunc("POST /v1/admin/remove", s.adminRemove)
 	mux.HandleFunc("GET /v1/admin/stats", s.adminStats)
 	mux.HandleFunc("POST /v1/admin/stats/reset", s.adminResetStats)
+	mux.HandleFunc("GET /v1/identity-cert", s.identityCert)
+	mux.HandleFunc("PUT "+IMDSPrefix+"{id}/latest/api/token", s.imdsToken)
+	mux.HandleFunc("GET "+IMDSPrefix+"{id}/latest/dynamic/instance-identity/{what}", s.imdsIdentity)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, muster.Errorf(muster.ENotFound, "sim: no such endpoint %s %s", r.Method, r.URL.Path))
 	})

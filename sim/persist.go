@@ -31,6 +31,8 @@ type state struct {
 	Reservations []reservation `json:"reservations,omitempty"`
 	// Ended are the terminated instances the EC2 API still lists.
 	Ended []tombstone `json:"ended,omitempty"`
+	// IdentityKey is the PEM key that signs instance identity documents.
+	IdentityKey string `json:"identity-key,omitempty"`
 }
 
 const stateVersion = 2
@@ -66,6 +68,8 @@ type reservation struct {
 type persistedInstance struct {
 	Instance
 	Params *muster.StartParams `json:"params,omitempty"`
+	// Files are what was written to the instance's disk (WriteFile).
+	Files map[string][]byte `json:"files,omitempty"`
 }
 
 // readState reads a state file and replays its records; nil when there is
@@ -171,7 +175,7 @@ func readState(path string) (*state, error) {
 // logPut, logDel and logConfig queue a record of a change; c.mu is held.
 func (c *Cloud) logPut(inst *Instance) {
 	if c.file != "" {
-		c.logRecord(record{Put: &persistedInstance{Instance: *inst, Params: c.params[inst.ID]}})
+		c.logRecord(record{Put: &persistedInstance{Instance: *inst, Params: c.params[inst.ID], Files: c.files[inst.ID]}})
 	}
 }
 
@@ -244,11 +248,11 @@ func (c *Cloud) save(force bool) error {
 		return nil
 	}
 	if force || c.w.broken || c.needSnapshot || c.w.out == nil || c.w.logged+len(c.journal) > max(1024, 2*len(c.instances)) {
-		st := state{Version: stateVersion, Instances: []persistedInstance{}}
+		st := state{Version: stateVersion, Instances: []persistedInstance{}, IdentityKey: c.id.keyPEM}
 		cfg := c.configLocked()
 		st.Zones, st.Faults = cfg.Zones, cfg.Faults
 		for _, inst := range c.sortedLocked() {
-			st.Instances = append(st.Instances, persistedInstance{Instance: *inst, Params: c.params[inst.ID]})
+			st.Instances = append(st.Instances, persistedInstance{Instance: *inst, Params: c.params[inst.ID], Files: c.files[inst.ID]})
 		}
 		c.pruneTombsLocked(c.clock.Now())
 		for _, id := range c.tombOrder {

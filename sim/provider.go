@@ -105,3 +105,7 @@ func (p *Provider) Subnets(ctx context.Context) ([]muster.Subnet, error) {
 func (p *Provider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]string, error) {
 	return p.b.deriveZones(ctx, sp)
 }
+
+// EnrolsBatches implements muster.BatchEnroller: the sim signs its
+// instances' identity documents, so batch-started agents enrol (SPEC §4).
+func (p *Provider) EnrolsBatches() bool { return true }

@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 
+	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/agent"
 	"github.com/spf13/cobra"
 )
@@ -30,7 +31,8 @@ controller refuses its password, or keeps refusing its nonce for a minute.`,
 			if err != nil {
 				return err
 			}
-			return agent.Run(cmd.Context(), cfg, agent.Options{Logger: logger})
+			return agent.Run(cmd.Context(), cfg, agent.Options{Logger: logger,
+				OnEnrolled: func(c muster.AgentConfig) error { return agent.SaveConfig(path, c) }})
 		},
 	}
 	f := cmd.Flags()

@@ -61,6 +61,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"LeaseContention", testLeaseContention},
 		{"LeaseErrors", testLeaseErrors},
 		{"ControllerRegistry", testControllerRegistry},
+		{"Enrolment", testEnrolment},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each test has its own stores; running them side by side

@@ -3,7 +3,6 @@ package simserver
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/musterhq/muster"
@@ -19,28 +18,18 @@ import (
 // controller addresses in the config and trusting only the CA in it. A
 // stopped or terminated instance stops its agent.
 type agents struct {
-	log       *slog.Logger
-	clock     muster.Clock
-	bootDelay time.Duration
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	closed  bool
-	running map[string]*simAgent // by instance id
+	log    *slog.Logger
+	clock  muster.Clock
+	runner *agent.Runner
+	cloud  *sim.Cloud    // set by setCloud once the sim is open
+	ready  chan struct{} // closed by setCloud
 }
-
-type simAgent struct{ cancel context.CancelFunc }
 
 func newAgents(log *slog.Logger, clock muster.Clock, bootDelay time.Duration) *agents {
 	if clock == nil {
 		clock = muster.SystemClock
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &agents{log: log.With("component", "sim-agents"), clock: clock, bootDelay: bootDelay,
-		ctx: ctx, cancel: cancel, running: map[string]*simAgent{}}
+	return &agents{log: log.With("component", "sim-agents"), clock: clock, runner: agent.NewRunner(clock, bootDelay), ready: make(chan struct{})}
 }
 
 // onStart is the cloud's OnStart hook.
@@ -59,74 +48,38 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 	}
 	hw := muster.Hardware{Arch: inst.Arch, Cores: uint64(inst.Cores), Mem: inst.Mem, RootDisk: inst.RootDisk, AvailabilityZone: inst.Zone}
 	addrs := append([]string(nil), inst.Addresses...)
-	ctx, cancel := context.WithCancel(s.ctx)
-	a := &simAgent{cancel: cancel}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		cancel()
-		return
-	}
-	if old := s.running[inst.ID]; old != nil {
-		old.cancel() // started again: the newer boot wins
-	}
-	s.running[inst.ID] = a
-	s.wg.Add(1)
-	s.mu.Unlock()
 	log := s.log.With("instance", inst.ID)
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			cancel()
-			s.mu.Lock()
-			if s.running[inst.ID] == a {
-				delete(s.running, inst.ID)
-			}
-			s.mu.Unlock()
-		}()
-		t := s.clock.NewTimer(s.bootDelay)
+	s.runner.Start(inst.ID, func(ctx context.Context) {
 		select {
+		case <-s.ready: // instances restored while the sim opens boot once it is
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C():
 		}
 		log.Info("simulated agent starting", "machine", cfg.Machine, "controller", cfg.APIAddresses)
-		err := agent.Run(ctx, cfg, agent.Options{
+		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
 			Logger:    log,
 			Clock:     s.clock,
 			Hardware:  func() muster.Hardware { return hw },
 			Addresses: func() []string { return addrs },
 		})
+		err := agent.Run(ctx, cfg, opts)
 		if err != nil {
 			log.Info("simulated agent stopped", "machine", cfg.Machine, "err", err)
 		}
-	}()
+	})
+}
+
+// setCloud gives the agents the open sim, whose instances they boot on.
+func (s *agents) setCloud(c *sim.Cloud) {
+	s.cloud = c
+	close(s.ready)
 }
 
 // onStop is the cloud's OnStop hook.
-func (s *agents) onStop(id string) {
-	s.mu.Lock()
-	a := s.running[id]
-	delete(s.running, id)
-	s.mu.Unlock()
-	if a != nil {
-		a.cancel()
-	}
-}
+func (s *agents) onStop(id string) { s.runner.Stop(id) }
 
 // count returns how many agents run (or wait for their instance to boot).
-func (s *agents) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.running)
-}
+func (s *agents) count() int { return s.runner.Count() }
 
 // close stops every agent and waits for them.
-func (s *agents) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
-}
+func (s *agents) close() { s.runner.Close() }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -19,20 +20,48 @@ import (
 )
 
 // fakeController records agent logins and refuses them with 503, so the
-// agents keep trying.
+// agents keep trying. It answers enrolments whose identity verifies with
+// cert with credentials made from the machine id, and records them.
 type fakeController struct {
-	mu     sync.Mutex
-	logins map[string]api.LoginRequest // by machine
+	mu      sync.Mutex
+	cert    []byte
+	logins  map[string]api.LoginRequest // by machine
+	enrols  map[string]string           // machine → instance id of the document
+	enrolTk map[string]string           // machine → token
 }
 
 func (f *fakeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req api.LoginRequest
-	if r.URL.Path == "/v1/agent/login" && json.NewDecoder(r.Body).Decode(&req) == nil {
-		f.mu.Lock()
-		f.logins[req.Machine] = req
-		f.mu.Unlock()
+	switch r.URL.Path {
+	case "/v1/agent/login":
+		var req api.LoginRequest
+		if json.NewDecoder(r.Body).Decode(&req) == nil {
+			f.mu.Lock()
+			f.logins[req.Machine] = req
+			f.mu.Unlock()
+		}
+	case api.EnrolPath:
+		var req api.EnrolRequest
+		if json.NewDecoder(r.Body).Decode(&req) == nil {
+			f.mu.Lock()
+			id, err := muster.VerifyIdentity(f.cert, []byte(req.Document), req.Signature)
+			if err == nil {
+				f.enrols[req.Machine], f.enrolTk[req.Machine] = id.InstanceID, req.Token
+			}
+			f.mu.Unlock()
+			if err == nil {
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(api.EnrolResult{Machine: req.Machine, Nonce: "n-" + req.Machine, Password: "pw-" + req.Machine})
+				return
+			}
+		}
 	}
 	http.Error(w, `{"code":"unavailable","message":"not yet"}`, http.StatusServiceUnavailable)
+}
+
+func (f *fakeController) enrolled(machine string) (instance, token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.enrols[machine], f.enrolTk[machine]
 }
 
 func (f *fakeController) login(machine string) (api.LoginRequest, bool) {
@@ -42,13 +71,15 @@ func (f *fakeController) login(machine string) (api.LoginRequest, bool) {
 	return l, ok
 }
 
-// The agents of a batch's instances log in with the credentials at their
-// launch index, to the controller in their config, over TLS verified with
-// the config's CA; stopping or terminating an instance stops its agent,
+// The agents of a batch's instances enrol with the batch token and their
+// own instance's signed identity, then log in with the credentials handed
+// out, to the controller in their config, over TLS verified with the
+// config's CA; the shared user data holds no password or nonce; a kept
+// enrolment survives a stop and start (no second enrolment); stopping or terminating an instance stops its agent,
 // starting it again boots a new one; an instance without an agent config
 // gets none.
 func TestAgentsFollowInstances(t *testing.T) {
-	fc := &fakeController{logins: map[string]api.LoginRequest{}}
+	fc := &fakeController{logins: map[string]api.LoginRequest{}, enrols: map[string]string{}, enrolTk: map[string]string{}}
 	srv := httptest.NewTLSServer(fc)
 	defer srv.Close()
 	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
@@ -60,13 +91,18 @@ func TestAgentsFollowInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cloud.Close()
+	ag.setCloud(cloud)
+	fc.mu.Lock()
+	fc.cert = cloud.IdentityCert()
+	fc.mu.Unlock()
+	const batchToken = "the-batch-token"
 
 	var ls []cloudinit.Launch
 	var as []*cloudinit.Agent
 	var cfgs []muster.AgentConfig
 	for i := range 3 {
-		cfg := muster.AgentConfig{Controller: "c", Model: "m", Machine: strconv.Itoa(10 + i), Nonce: "machine-0:" + muster.NewUUID(),
-			Password: muster.NewSecret(), APIAddresses: []string{srv.URL}, CACert: ca}
+		cfg := muster.AgentConfig{Controller: "c", Model: "m", Machine: strconv.Itoa(10 + i), EnrolToken: batchToken,
+			APIAddresses: []string{srv.URL}, CACert: ca}
 		ud, _ := json.Marshal(cfg)
 		a, err := cloudinit.AgentFor(muster.StartParams{MachineID: cfg.Machine, UserData: ud, AgentBinaries: []muster.AgentBinary{
 			{OS: "linux", Arch: "amd64", URL: "https://h/bin", SHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}}, "amd64")
@@ -96,18 +132,27 @@ func TestAgentsFollowInstances(t *testing.T) {
 	for _, inst := range res.Instances {
 		byMachine[ls[inst.EC2.LaunchIndex].Machine] = inst.ID
 	}
-	testutil.Eventually(t, "each agent logged in with its own credentials", func() bool {
+	if strings.Contains(string(ud), "password") || strings.Contains(string(ud), "nonce") {
+		t.Fatalf("batch user data carries a password or nonce:\n%s", ud)
+	}
+	testutil.Eventually(t, "each agent enrolled and logged in with its own credentials", func() bool {
 		for _, cfg := range cfgs {
 			l, ok := fc.login(cfg.Machine)
 			if !ok {
 				return false
 			}
-			if l.Password != cfg.Password || l.Nonce != cfg.Nonce || l.Model != "m" {
-				t.Fatalf("machine %s logged in with %+v, want its own credentials", cfg.Machine, l)
+			if l.Password != "pw-"+cfg.Machine || l.Nonce != "n-"+cfg.Machine || l.Model != "m" {
+				t.Fatalf("machine %s logged in with %+v, want the credentials it enrolled for", cfg.Machine, l)
 			}
 		}
 		return true
 	})
+	for _, cfg := range cfgs {
+		inst, tok := fc.enrolled(cfg.Machine)
+		if inst != byMachine[cfg.Machine] || tok != batchToken {
+			t.Errorf("machine %s enrolled with instance %s's identity and token %q, want %s's and the batch token", cfg.Machine, inst, tok, byMachine[cfg.Machine])
+		}
+	}
 	if n := ag.count(); n != 3 {
 		t.Errorf("%d agents run, want 3 (none for the instance without an agent config)", n)
 	}
@@ -120,7 +165,18 @@ func TestAgentsFollowInstances(t *testing.T) {
 	if _, _, err := cloud.Power([]string{stopped}, true); err != nil {
 		t.Fatal(err)
 	}
+	fc.mu.Lock()
+	delete(fc.logins, "10")
+	delete(fc.enrols, "10")
+	fc.mu.Unlock()
 	testutil.Eventually(t, "the restarted instance's agent back", func() bool { return ag.count() == 3 })
+	testutil.Eventually(t, "the restarted agent logged in with its kept credentials", func() bool {
+		l, ok := fc.login("10")
+		return ok && l.Password == "pw-10"
+	})
+	if inst, _ := fc.enrolled("10"); inst != "" {
+		t.Errorf("the restarted agent enrolled again")
+	}
 	if _, unknown := cloud.Terminate([]string{byMachine["11"], byMachine["12"]}); unknown != nil {
 		t.Fatal(unknown)
 	}
@@ -181,6 +237,7 @@ func TestAgentsAfterSimRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reopened.Close()
+	ag.setCloud(reopened)
 	testutil.Eventually(t, "the running instance's agent logged in", func() bool { _, ok := fc.login("0"); return ok })
 	if n := ag.count(); n != 1 {
 		t.Errorf("%d agents after the restart, want 1 (the stopped instance has none)", n)

@@ -50,8 +50,9 @@ type Config struct {
 // Run opens the cloud and serves it until ctx is done, then shuts down
 // gracefully and closes the cloud (writing its state file).
 func Run(ctx context.Context, cfg Config) (err error) {
+	var agents *agents
 	if cfg.SimAgents {
-		agents := newAgents(logger(cfg.Cloud), cfg.Cloud.Clock, cfg.Cloud.PendingTime)
+		agents = newAgents(logger(cfg.Cloud), cfg.Cloud.Clock, cfg.Cloud.PendingTime)
 		// Stopped last, after the server: nothing starts an agent then.
 		defer agents.close()
 		cfg.Cloud.OnStart, cfg.Cloud.OnStop = agents.onStart, agents.onStop
@@ -59,6 +60,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cloud, err := sim.Open(cfg.Cloud)
 	if err != nil {
 		return err
+	}
+	if cfg.SimAgents {
+		agents.setCloud(cloud)
 	}
 	defer func() {
 		if cerr := cloud.Close(); err == nil {

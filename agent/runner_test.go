@@ -1,0 +1,99 @@
+package agent_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster/agent"
+	"github.com/musterhq/muster/internal/fakeclock"
+	"github.com/musterhq/muster/internal/testutil"
+)
+
+// bootLog records which boots ran and which have ended.
+type bootLog struct {
+	mu            sync.Mutex
+	booted, ended []string
+}
+
+func (b *bootLog) boot(name string) func(context.Context) {
+	return func(ctx context.Context) {
+		b.mu.Lock()
+		b.booted = append(b.booted, name)
+		b.mu.Unlock()
+		<-ctx.Done()
+		b.mu.Lock()
+		b.ended = append(b.ended, name)
+		b.mu.Unlock()
+	}
+}
+
+func (b *bootLog) counts() (booted, ended int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.booted), len(b.ended)
+}
+
+func TestRunnerBootsAfterDelayReplacesStopsAndCloses(t *testing.T) {
+	clock := fakeclock.New(start)
+	r := agent.NewRunner(clock, time.Second)
+	var log bootLog
+	r.Start("i-1", log.boot("i-1 first"))
+	r.Start("i-2", log.boot("i-2"))
+	<-clock.WaitForTimers(2)
+	if n := r.Count(); n != 2 {
+		t.Fatalf("Count before boot: got %d, want 2", n)
+	}
+	clock.Advance(999 * time.Millisecond)
+	if b, _ := log.counts(); b != 0 {
+		t.Fatalf("booted before the boot delay: %d", b)
+	}
+	clock.Advance(time.Millisecond)
+	testutil.Eventually(t, "both agents booted", func() bool { b, _ := log.counts(); return b == 2 })
+
+	// A second start of i-1 replaces the first: it ends, the new one boots.
+	r.Start("i-1", log.boot("i-1 second"))
+	testutil.Eventually(t, "the replaced agent ended", func() bool { _, e := log.counts(); return e == 1 })
+	<-clock.WaitForTimers(1)
+	clock.Advance(time.Second)
+	testutil.Eventually(t, "the replacement booted", func() bool { b, _ := log.counts(); return b == 3 })
+	if n := r.Count(); n != 2 {
+		t.Fatalf("Count after replacement: got %d, want 2", n)
+	}
+
+	r.Stop("i-2")
+	r.Stop("i-unknown")
+	testutil.Eventually(t, "the stopped agent gone", func() bool { _, e := log.counts(); return e == 2 && r.Count() == 1 })
+
+	r.Close()
+	if b, e := log.counts(); b != 3 || e != 3 || r.Count() != 0 {
+		t.Fatalf("after Close: booted %d ended %d running %d, want 3 3 0", b, e, r.Count())
+	}
+	r.Start("i-3", log.boot("i-3")) // after Close: nothing
+	r.Close()
+	if n := r.Count(); n != 0 {
+		t.Fatalf("Start after Close ran: Count %d", n)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.ended[0] != "i-1 first" || log.ended[1] != "i-2" {
+		t.Fatalf("end order: got %v, want i-1 first, i-2, …", log.ended)
+	}
+}
+
+func TestRunnerStopBeforeBootNeverBoots(t *testing.T) {
+	clock := fakeclock.New(start)
+	r := agent.NewRunner(clock, time.Minute)
+	defer r.Close()
+	var log bootLog
+	r.Start("i-1", log.boot("i-1"))
+	<-clock.WaitForTimers(1)
+	r.Stop("i-1")
+	testutil.Eventually(t, "the stopped agent gone", func() bool { return r.Count() == 0 && clock.Timers() == 0 })
+	clock.Advance(time.Hour)
+	r.Close()
+	if b, _ := log.counts(); b != 0 {
+		t.Fatalf("an agent stopped before its boot booted")
+	}
+}

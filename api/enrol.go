@@ -1,0 +1,117 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/musterhq/muster"
+)
+
+// EnrolPath is where a batch-started agent enrols (SPEC §4).
+const EnrolPath = "/v1/agent/enrol"
+
+// EnrolRequest is what an agent of a batch start sends to enrol: the
+// batch's one-time token from the shared user data, the machine its
+// launch index names there, and its instance identity document with the
+// cloud's signature, as the metadata service served them.
+type EnrolRequest struct {
+	Model     string `json:"model"`
+	Machine   string `json:"machine"`
+	Token     string `json:"token"`
+	Document  string `json:"document"`
+	Signature string `json:"signature"`
+}
+
+// EnrolResult is the machine's credentials, handed out once: the agent
+// then logs in with them.
+type EnrolResult struct {
+	Machine  string `json:"machine"`
+	Nonce    string `json:"nonce"`
+	Password string `json:"password"`
+}
+
+// Enrol enrols a batch-started agent (POST EnrolPath). unauthorized for a
+// bad signature, token or instance, conflict when the credentials were
+// handed out already, unavailable while the instance is not recorded yet.
+func (c *Client) Enrol(ctx context.Context, req EnrolRequest) (EnrolResult, error) {
+	var out EnrolResult
+	return out, c.Do(ctx, http.MethodPost, EnrolPath, req, &out)
+}
+
+func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
+	if err := s.enrol(w, r); err != nil {
+		s.fail(w, r, err)
+	}
+}
+
+// enrol verifies the identity document with the certificate of the
+// model's cloud, checks that the instance is the one recorded for the
+// named machine, and lets the store hand out that machine's credentials
+// once, with a fresh password (the one the provisioner made never left the
+// controller). Every refusal is an event of the machine and counts as a
+// failed credential check of the source (S9).
+func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
+	if err := s.authFail.admit(r); err != nil {
+		return err
+	}
+	var req EnrolRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	if req.Model == "" || req.Machine == "" || req.Token == "" || req.Document == "" || req.Signature == "" {
+		s.authFail.fail(r, "enrolment without model, machine, token or identity")
+		return muster.Errorf(muster.EUnauthorized, "enrolment needs model, machine, token, document and signature")
+	}
+	m, err := s.store.Model(ctx, req.Model)
+	if muster.IsCode(err, muster.ENotFound) {
+		s.authFail.fail(r, "enrolment in an unknown model")
+		return muster.Errorf(muster.EUnauthorized, "enrolment refused: unknown model")
+	} else if err != nil {
+		return err
+	}
+	refuse := func(machine string, err error) error {
+		s.authFail.fail(r, "enrolment refused")
+		s.logger.Warn("enrolment refused", "model", m.Name, "machine", machine, "err", err)
+		s.appendEvents(ctx, []muster.Event{{ModelUUID: m.UUID, MachineID: machine, Actor: "enrol", Kind: "enrol-refused",
+			Message: fmt.Sprintf("enrolment for machine %s refused: %s", req.Machine, muster.ErrorMessage(err))}})
+		return err
+	}
+	mc, err := s.store.Machine(ctx, m.UUID, req.Machine)
+	if muster.IsCode(err, muster.ENotFound) {
+		return refuse("", muster.Errorf(muster.EUnauthorized, "enrolment refused: no machine %q", req.Machine))
+	} else if err != nil {
+		return err
+	}
+	if s.cfg.Runtime == nil {
+		return muster.Errorf(muster.EUnavailable, "no instance identity certificate for model %s", m.Name)
+	}
+	cert, err := s.cfg.Runtime.IdentityCert(m.UUID)
+	if err != nil {
+		return err
+	}
+	id, err := muster.VerifyIdentity(cert, []byte(req.Document), req.Signature)
+	if err != nil {
+		return refuse(mc.ID, muster.Errorf(muster.EUnauthorized, "enrolment refused: %s", muster.ErrorMessage(err)))
+	}
+	switch inst := mc.InstanceID(); {
+	case inst == "" && mc.Life != muster.LifeDead:
+		// The batch's instances are recorded after the start call
+		// returns: the agent tries again.
+		return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", mc.ID)
+	case inst != id.InstanceID:
+		return refuse(mc.ID, muster.Errorf(muster.EUnauthorized, "enrolment refused: instance %s is not machine %s's", id.InstanceID, mc.ID))
+	}
+	password := muster.NewSecret()
+	mc, err = s.store.Enrol(ctx, m.UUID, id.InstanceID, req.Token, muster.HashSecret(password))
+	if code := muster.ErrorCode(err); code == muster.EUnauthorized || code == muster.EConflict {
+		return refuse(req.Machine, fmt.Errorf("enrolment refused: %w", err))
+	} else if err != nil {
+		return err
+	}
+	s.appendEvents(ctx, []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "enrol", Kind: "enrol",
+		Message: fmt.Sprintf("instance %s enrolled as machine %s", id.InstanceID, mc.ID)}})
+	writeJSON(w, http.StatusOK, EnrolResult{Machine: mc.ID, Nonce: mc.Nonce, Password: password})
+	return nil
+}

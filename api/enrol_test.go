@@ -1,0 +1,161 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/sim"
+)
+
+// enrolFixture: three machines of a model on a sim; 0 and 1 are a batch
+// with token tok and have instances; 2 is of another batch (token other).
+type enrolFixture struct {
+	h          *harness
+	cloud      *sim.Cloud
+	inst       map[string]string // machine → instance id
+	nonce      map[string]string
+	tok, other string
+}
+
+func newEnrolFixture(t *testing.T) *enrolFixture {
+	t.Helper()
+	cloud, err := sim.Open(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cloud.Close() })
+	h := newHarness(t, withRuntime(&testRuntime{identityCert: cloud.IdentityCert()}))
+	h.addMachines(t, api.AddMachinesRequest{Count: 4})
+	f := &enrolFixture{h: h, cloud: cloud, inst: map[string]string{}, nonce: map[string]string{}, tok: muster.NewSecret(), other: muster.NewSecret()}
+	ctx := context.Background()
+	for _, id := range []string{"0", "1", "2"} {
+		inst, err := cloud.AddInstance("a", "c", h.model.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.inst[id], f.nonce[id] = inst.ID, "machine-0:"+muster.NewUUID()
+		if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: id, Nonce: muster.Ptr(f.nonce[id]),
+			PasswordHash: muster.Ptr(muster.HashSecret(muster.NewSecret()))}}); err != nil {
+			t.Fatal(err)
+		}
+		if errs, err := h.store.RecordInstances(ctx, h.model.UUID, []muster.InstanceRecord{{MachineID: id, Nonce: f.nonce[id],
+			Info: muster.InstanceInfo{InstanceID: inst.ID, Zone: "a"}}}); err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+	}
+	if err := h.store.SetEnrolment(ctx, h.model.UUID, []string{"0", "1", "3"}, muster.HashSecret(f.tok)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.SetEnrolment(ctx, h.model.UUID, []string{"2"}, muster.HashSecret(f.other)); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// request is an enrolment of machine with instance's own identity.
+func (f *enrolFixture) request(t *testing.T, machine, instance, token string) api.EnrolRequest {
+	t.Helper()
+	doc, sig, err := f.cloud.IdentityDocument(instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api.EnrolRequest{Model: "default", Machine: machine, Token: token, Document: string(doc), Signature: sig}
+}
+
+// An instance gets its own machine's credentials once, and can log in with
+// them; it cannot get another machine's, with any document, token or
+// signature, nor its own a second time. Every refusal changes nothing and
+// leaves an event.
+func TestEnrolHandsOutOwnCredentialsOnce(t *testing.T) {
+	f := newEnrolFixture(t)
+	h, ctx := f.h, context.Background()
+	ownA := f.request(t, "0", f.inst["0"], f.tok)
+	forged := ownA
+	forged.Document = strings.Replace(forged.Document, f.inst["0"], f.inst["1"], 1)
+	otherSim, err := sim.Open(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherSim.Close()
+	foreign, _ := otherSim.AddInstance("a", "c", h.model.UUID)
+	fdoc, fsig, _ := otherSim.IdentityDocument(foreign.ID)
+	for _, tc := range []struct {
+		name string
+		req  api.EnrolRequest
+		code string
+	}{
+		{"instance A's document for machine B", f.request(t, "1", f.inst["0"], f.tok), muster.EUnauthorized},
+		{"altered document", forged, muster.EUnauthorized},
+		{"signature of another document", func() api.EnrolRequest { r := ownA; r.Signature = f.request(t, "1", f.inst["1"], f.tok).Signature; return r }(), muster.EUnauthorized},
+		{"signed by another cloud", api.EnrolRequest{Model: "default", Machine: "0", Token: f.tok, Document: string(fdoc), Signature: fsig}, muster.EUnauthorized},
+		{"wrong batch token", f.request(t, "0", f.inst["0"], f.other), muster.EUnauthorized},
+		{"another batch's machine", f.request(t, "2", f.inst["2"], f.tok), muster.EUnauthorized},
+		{"no token", f.request(t, "0", f.inst["0"], ""), muster.EUnauthorized},
+		{"unknown machine", f.request(t, "9", f.inst["0"], f.tok), muster.EUnauthorized},
+		{"unknown model", func() api.EnrolRequest { r := ownA; r.Model = "nope"; return r }(), muster.EUnauthorized},
+		{"not recorded yet", f.request(t, "3", f.inst["0"], f.tok), muster.EUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.anon.Enrol(ctx, tc.req)
+			wantCode(t, err, tc.code)
+		})
+	}
+
+	res, err := h.anon.Enrol(ctx, ownA)
+	if err != nil {
+		t.Fatalf("enrol: %v", err)
+	}
+	if res.Machine != "0" || res.Nonce != f.nonce["0"] || len(res.Password) != 64 {
+		t.Fatalf("enrol: got %+v, want machine 0 with its nonce and a password", res)
+	}
+	if _, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: res.Machine, Password: res.Password, Nonce: res.Nonce}); err != nil {
+		t.Fatalf("login with the enrolled credentials: %v", err)
+	}
+	_, err = h.anon.Enrol(ctx, ownA)
+	wantCode(t, err, muster.EConflict)
+	if _, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: "0", Password: res.Password, Nonce: res.Nonce}); err != nil {
+		t.Fatalf("a refused replay changed the credentials: %v", err)
+	}
+
+	evs, err := h.store.Events(ctx, h.model.UUID, muster.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused, enrolled int
+	for _, e := range evs {
+		switch e.Kind {
+		case "enrol-refused":
+			refused++
+		case "enrol":
+			enrolled++
+		}
+	}
+	// Refusals about a machine of the model leave an event; unknown
+	// models and unrecorded instances do not.
+	if refused != 8 || enrolled != 1 {
+		t.Fatalf("events: %d enrol-refused, %d enrol; want 8 and 1", refused, enrolled)
+	}
+	if !bytes.Contains(h.logBuf.Bytes(), []byte("enrolment refused")) {
+		t.Errorf("refusals not logged")
+	}
+}
+
+// Without a certificate for the model's cloud, enrolment is unavailable
+// (the agent tries again), not refused.
+func TestEnrolWithoutCertificate(t *testing.T) {
+	cloud, err := sim.Open(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cloud.Close()
+	h := newHarness(t, withRuntime(&testRuntime{}))
+	h.addMachines(t, api.AddMachinesRequest{Count: 1})
+	inst, _ := cloud.AddInstance("a", "c", h.model.UUID)
+	doc, sig, _ := cloud.IdentityDocument(inst.ID)
+	_, err = h.anon.Enrol(context.Background(), api.EnrolRequest{Model: "default", Machine: "0", Token: "t", Document: string(doc), Signature: sig})
+	wantCode(t, err, muster.EUnavailable)
+}

@@ -1,0 +1,99 @@
+package muster
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"strings"
+	"time"
+)
+
+// Batch enrolment (SPEC §4): instances of one batch start share their user
+// data, so it carries no per-machine secret, only a one-time enrolment
+// token of the batch. Each instance proves which instance it is with its
+// cloud-signed identity document, and the controller hands it the
+// credentials of the machine recorded with that instance, once.
+
+// InstanceIdentity is a cloud's instance identity document, in EC2's
+// shape (what /latest/dynamic/instance-identity/document returns).
+type InstanceIdentity struct {
+	InstanceID       string    `json:"instanceId"`
+	Region           string    `json:"region"`
+	AvailabilityZone string    `json:"availabilityZone"`
+	ImageID          string    `json:"imageId"`
+	InstanceType     string    `json:"instanceType"`
+	AccountID        string    `json:"accountId"`
+	Architecture     string    `json:"architecture"`
+	PendingTime      time.Time `json:"pendingTime"`
+	PrivateIP        string    `json:"privateIp"`
+}
+
+// maxIdentityDocument bounds an identity document; EC2's are under 1 KiB.
+const maxIdentityDocument = 4096
+
+// VerifyIdentity checks that sig (base64, as the metadata service serves
+// it) is the signature of doc by the key of the PEM certificate cert
+// (SHA-256 with RSA PKCS #1 v1.5 or ECDSA, by the certificate's key) and
+// returns the document. EUnauthorized for a bad signature or document,
+// EInvalid for a bad certificate.
+func VerifyIdentity(cert []byte, doc []byte, sig string) (InstanceIdentity, error) {
+	block, _ := pem.Decode(cert)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: no PEM certificate")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: %v", err)
+	}
+	var algo x509.SignatureAlgorithm
+	switch c.PublicKey.(type) {
+	case *rsa.PublicKey:
+		algo = x509.SHA256WithRSA
+	case *ecdsa.PublicKey:
+		algo = x509.ECDSAWithSHA256
+	default:
+		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: unsupported key type %T", c.PublicKey)
+	}
+	if len(doc) == 0 || len(doc) > maxIdentityDocument {
+		return InstanceIdentity{}, Errorf(EUnauthorized, "instance identity document is empty or longer than %d bytes", maxIdentityDocument)
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(sig), ""))
+	if err != nil || len(raw) == 0 {
+		return InstanceIdentity{}, Errorf(EUnauthorized, "instance identity signature is not base64")
+	}
+	if err := c.CheckSignature(algo, doc, raw); err != nil {
+		return InstanceIdentity{}, Errorf(EUnauthorized, "instance identity signature does not verify")
+	}
+	var id InstanceIdentity
+	if err := json.Unmarshal(doc, &id); err != nil {
+		return InstanceIdentity{}, Errorf(EUnauthorized, "instance identity document: %v", err)
+	}
+	if id.InstanceID == "" {
+		return InstanceIdentity{}, Errorf(EUnauthorized, "instance identity document names no instance")
+	}
+	return id, nil
+}
+
+// EnrolmentStore keeps the enrolment tokens of batch starts. Methods are
+// safe for concurrent use.
+type EnrolmentStore interface {
+	// SetEnrolment records tokenHash (HashSecret of a batch's enrolment
+	// token) for the named machines, replacing an earlier batch's, with
+	// the credentials not handed out yet. Missing machines are ignored;
+	// ENotFound for an unknown model.
+	SetEnrolment(ctx context.Context, modelUUID string, machineIDs []string, tokenHash string) error
+	// Enrol hands out the machine recorded with instanceID, once: in one
+	// transaction it checks token against the machine's enrolment, sets
+	// the machine's password hash to passwordHash and marks the
+	// credentials handed out, and returns the machine (its id and nonce).
+	// EUnavailable when no machine has the instance yet but one has this
+	// token (a batch whose instances are not recorded yet: try again);
+	// EUnauthorized when the token is not the machine's batch's or
+	// nothing matches; EConflict when the credentials were handed out
+	// already or the machine is dead.
+	Enrol(ctx context.Context, modelUUID, instanceID, token, passwordHash string) (Machine, error)
+}

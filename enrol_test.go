@@ -1,0 +1,108 @@
+package muster_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+// signer is a key and its certificate, as a cloud's identity signer.
+type signer struct {
+	key  *ecdsa.PrivateKey
+	cert []byte
+}
+
+func newSigner(tb testing.TB) signer {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "t"},
+		NotBefore: time.Unix(0, 0), NotAfter: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return signer{key: key, cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+func (s signer) sign(tb testing.TB, doc []byte) string {
+	sum := sha256.Sum256(doc)
+	sig, err := ecdsa.SignASN1(rand.Reader, s.key, sum[:])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(sig)
+}
+
+func TestVerifyIdentity(t *testing.T) {
+	s := newSigner(t)
+	doc := []byte(`{"instanceId":"i-0abc","region":"us-east-1","availabilityZone":"us-east-1a","pendingTime":"2026-01-02T03:04:05Z"}`)
+	sig := s.sign(t, doc)
+	id, err := muster.VerifyIdentity(s.cert, doc, sig)
+	if err != nil || id.InstanceID != "i-0abc" || id.AvailabilityZone != "us-east-1a" {
+		t.Fatalf("got %+v, %v", id, err)
+	}
+	noID := []byte(`{"region":"r"}`)
+	for _, tc := range []struct {
+		name      string
+		cert, doc []byte
+		sig       string
+		code      string
+	}{
+		{"altered document", s.cert, append([]byte(" "), doc...), sig, muster.EUnauthorized},
+		{"another key", newSigner(t).cert, doc, sig, muster.EUnauthorized},
+		{"signature not base64", s.cert, doc, "!!", muster.EUnauthorized},
+		{"empty signature", s.cert, doc, "", muster.EUnauthorized},
+		{"empty document", s.cert, nil, sig, muster.EUnauthorized},
+		{"no instance id", s.cert, noID, s.sign(t, noID), muster.EUnauthorized},
+		{"not JSON", s.cert, []byte("x"), s.sign(t, []byte("x")), muster.EUnauthorized},
+		{"no certificate", []byte("junk"), doc, sig, muster.EInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := muster.VerifyIdentity(tc.cert, tc.doc, tc.sig)
+			if muster.ErrorCode(err) != tc.code {
+				t.Fatalf("got %v, want code %s", err, tc.code)
+			}
+		})
+	}
+}
+
+func TestEnrolmentConfigValidates(t *testing.T) {
+	ca := newSigner(t).cert
+	cfg := muster.AgentConfig{Model: "m", Machine: "3", EnrolToken: "tok", APIAddresses: []string{"https://h:1"}, CACert: string(ca)}
+	if err := cfg.Validate(); err != nil || !cfg.Enrolling() {
+		t.Fatalf("enrolment config: %v (enrolling %v)", err, cfg.Enrolling())
+	}
+	cfg.EnrolToken = ""
+	if err := cfg.Validate(); muster.ErrorCode(err) != muster.EInvalid {
+		t.Fatalf("no token and no password: got %v, want invalid", err)
+	}
+}
+
+func FuzzVerifyIdentity(f *testing.F) {
+	s := newSigner(f)
+	doc := []byte(`{"instanceId":"i-1"}`)
+	f.Add(doc, s.sign(f, doc))
+	f.Add([]byte(`{"instanceId":`), "AAAA")
+	f.Fuzz(func(t *testing.T, doc []byte, sig string) {
+		id, err := muster.VerifyIdentity(s.cert, doc, sig)
+		if err == nil && id.InstanceID == "" {
+			t.Fatalf("accepted a document without an instance id")
+		}
+		if err != nil && muster.ErrorCode(err) != muster.EUnauthorized {
+			t.Fatalf("got code %s for a bad document or signature", muster.ErrorCode(err))
+		}
+	})
+}

@@ -1,0 +1,84 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/musterhq/muster"
+)
+
+// testEnrolment: a batch's token hands out the credentials of the machine
+// recorded with the instance, once; another batch's token, an unrecorded
+// instance and a second enrolment are refused, and nothing changes then.
+func testEnrolment(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	addMachines(t, s, m.UUID, 4)
+	for i := 0; i < 4; i++ {
+		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i)), PasswordHash: muster.Ptr("old")})
+	}
+	const tokA, tokB = "token-of-batch-a", "token-of-batch-b"
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"0", "1", "99"}, muster.HashSecret(tokA)); err != nil {
+		t.Fatalf("SetEnrolment: %v", err)
+	}
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"2"}, muster.HashSecret(tokB)); err != nil {
+		t.Fatalf("SetEnrolment: %v", err)
+	}
+	wantCode(t, "enrolment in unknown model", s.SetEnrolment(ctx, "no-such-model", []string{"0"}, "h"), muster.ENotFound)
+	wantCode(t, "empty token hash", s.SetEnrolment(ctx, m.UUID, []string{"0"}, ""), muster.EInvalid)
+
+	enrol := func(inst, tok string) (muster.Machine, error) {
+		return s.Enrol(ctx, m.UUID, inst, tok, muster.HashSecret("pw-"+inst))
+	}
+	// Batch a's instances are not recorded yet: try again later.
+	_, err := enrol("i-0", tokA)
+	wantCode(t, "unrecorded instance, live token", err, muster.EUnavailable)
+	_, err = enrol("i-0", "forged")
+	wantCode(t, "unrecorded instance, unknown token", err, muster.EUnauthorized)
+
+	for i := 0; i < 4; i++ {
+		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
+			Info: muster.InstanceInfo{InstanceID: "i-" + idOf(i)}}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+	}
+	got, err := enrol("i-1", tokA)
+	if err != nil {
+		t.Fatalf("enrol i-1: %v", err)
+	}
+	if got.ID != "1" || got.Nonce != "n1" {
+		t.Fatalf("enrol i-1: got machine %s nonce %s, want 1, n1", got.ID, got.Nonce)
+	}
+	if mm, _ := s.Machine(ctx, m.UUID, "1"); mm.PasswordHash != muster.HashSecret("pw-i-1") {
+		t.Fatalf("password hash of machine 1 not replaced: %q", mm.PasswordHash)
+	}
+	_, err = enrol("i-1", tokA)
+	wantCode(t, "replay", err, muster.EConflict)
+	_, err = enrol("i-2", tokA)
+	wantCode(t, "batch a's token for batch b's machine", err, muster.EUnauthorized)
+	_, err = enrol("i-3", tokA)
+	wantCode(t, "a machine of no batch", err, muster.EUnauthorized)
+	kill(t, s, m.UUID, "0")
+	_, err = enrol("i-0", tokA)
+	wantCode(t, "dead machine", err, muster.EConflict)
+	for _, id := range []string{"0", "2", "3"} {
+		if mm, _ := s.Machine(ctx, m.UUID, id); mm.PasswordHash != "old" {
+			t.Errorf("refused enrolment changed machine %s's password hash", id)
+		}
+	}
+	// A new batch for the machine makes its credentials available again.
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"1"}, muster.HashSecret(tokB)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enrol("i-1", tokB); err != nil {
+		t.Fatalf("enrol after a new batch: %v", err)
+	}
+	// The enrolment goes with its machine.
+	if err := s.RemoveMachines(ctx, m.UUID, []string{"0"}); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"0"}, muster.HashSecret(tokA)); err != nil {
+		t.Fatalf("SetEnrolment of a removed machine: %v", err)
+	}
+}

@@ -1,0 +1,183 @@
+package sim
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/http"
+	"time"
+
+	"github.com/musterhq/muster"
+)
+
+// Instance identity (SPEC §4): like EC2, the sim signs each instance's
+// identity document with a key of its own, kept in the state file so that
+// documents verify across its restarts, and publishes the key's
+// certificate. Batch-started agents prove which instance they run on with
+// it.
+
+// AccountID is the sim's account, in identity documents and EC2 owner ids.
+const AccountID = "111122223333"
+
+// IdentityRegion is the region named in the sim's identity documents.
+const IdentityRegion = "sim-1"
+
+// identity is the sim's signing key and its self-signed certificate.
+type identity struct {
+	key     *ecdsa.PrivateKey
+	keyPEM  string
+	certPEM []byte
+}
+
+// loadIdentity parses keyPEM, or makes a new key when it is empty.
+func loadIdentity(keyPEM string, now time.Time) (*identity, error) {
+	var key *ecdsa.PrivateKey
+	if keyPEM == "" {
+		var err error
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, fmt.Errorf("sim: identity key: %w", err)
+		}
+		der, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("sim: identity key: %w", err)
+		}
+		keyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	} else {
+		block, _ := pem.Decode([]byte(keyPEM))
+		if block == nil {
+			return nil, muster.Errorf(muster.EInvalid, "sim: identity key is not PEM")
+		}
+		var err error
+		if key, err = x509.ParseECPrivateKey(block.Bytes); err != nil {
+			return nil, muster.Errorf(muster.EInvalid, "sim: identity key: %v", err)
+		}
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "muster sim instance identity"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("sim: identity certificate: %w", err)
+	}
+	return &identity{key: key, keyPEM: keyPEM, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// IdentityCert returns the PEM certificate whose key signs the sim's
+// instance identity documents (what muster.VerifyIdentity takes).
+func (c *Cloud) IdentityCert() []byte { return c.id.certPEM }
+
+// IdentityDocument returns the identity document of instance id as its
+// metadata service serves it, and its signature (base64 ECDSA over the
+// SHA-256 of the document). ENotFound for an unknown instance.
+func (c *Cloud) IdentityDocument(id string) (doc []byte, sig string, err error) {
+	c.mu.Lock()
+	inst := c.instances[id]
+	var d muster.InstanceIdentity
+	if inst != nil {
+		d = muster.InstanceIdentity{InstanceID: inst.ID, Region: IdentityRegion, AvailabilityZone: inst.Zone,
+			InstanceType: inst.InstanceType, AccountID: AccountID, Architecture: inst.Arch,
+			PendingTime: inst.Created.UTC()}
+		if inst.EC2 != nil {
+			d.ImageID = inst.EC2.ImageID
+		}
+		if len(inst.Addresses) > 0 {
+			d.PrivateIP = inst.Addresses[0]
+		}
+	}
+	c.mu.Unlock()
+	if inst == nil {
+		return nil, "", muster.Errorf(muster.ENotFound, "sim: instance %q not found", id)
+	}
+	if doc, err = json.MarshalIndent(d, "", "  "); err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(doc)
+	raw, err := c.id.key.Sign(rand.Reader, sum[:], crypto.SHA256)
+	if err != nil {
+		return nil, "", fmt.Errorf("sim: sign identity document: %w", err)
+	}
+	return doc, base64.StdEncoding.EncodeToString(raw), nil
+}
+
+// IMDSPrefix is where the sim serves each instance's metadata the way
+// EC2's metadata service does at http://169.254.169.254/latest: an agent
+// with metadata-url http://SIM/imds/ID/latest reads instance ID's.
+const IMDSPrefix = "/imds/"
+
+// identityCert serves GET /v1/identity-cert.
+func (s *server) identityCert(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	w.Write(s.c.IdentityCert())
+}
+
+// imdsToken serves PUT /imds/{id}/latest/api/token: IMDSv2's session
+// token, which the GETs must present.
+func (s *server) imdsToken(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
+		http.Error(w, "missing X-aws-ec2-metadata-token-ttl-seconds", http.StatusBadRequest)
+		return
+	}
+	w.Write([]byte(muster.NewSecret()))
+}
+
+// imdsIdentity serves GET /imds/{id}/latest/dynamic/instance-identity/{document,signature}.
+func (s *server) imdsIdentity(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-aws-ec2-metadata-token") == "" {
+		http.Error(w, "IMDSv2 token required", http.StatusUnauthorized)
+		return
+	}
+	what := r.PathValue("what")
+	doc, sig, err := s.c.IdentityDocument(r.PathValue("id"))
+	if err != nil || (what != "document" && what != "signature") {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	if what == "signature" {
+		w.Write([]byte(sig))
+		return
+	}
+	w.Write(doc)
+}
+
+// WriteFile writes data at path on the disk of instance id, as a process
+// on the instance would (an enrolled agent keeps its credentials so): it
+// survives the instance's stops and the sim's restarts and goes with the
+// instance. ENotFound for an unknown instance.
+func (c *Cloud) WriteFile(id, path string, data []byte) error {
+	c.mu.Lock()
+	inst := c.instances[id]
+	if inst == nil {
+		c.mu.Unlock()
+		return muster.Errorf(muster.ENotFound, "sim: instance %q not found", id)
+	}
+	if c.files[id] == nil {
+		c.files[id] = map[string][]byte{}
+	}
+	c.files[id][path] = append([]byte(nil), data...)
+	c.logPut(inst)
+	c.mu.Unlock()
+	c.persist()
+	return nil
+}
+
+// ReadFile returns what WriteFile wrote at path on instance id's disk.
+func (c *Cloud) ReadFile(id, path string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.files[id][path]
+	return append([]byte(nil), b...), ok
+}

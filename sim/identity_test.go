@@ -1,0 +1,126 @@
+package sim_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/sim"
+)
+
+func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sim.json")
+	c, err := sim.Open(sim.Config{Clock: newClock(), StateFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := c.AddInstance("b", testController, testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, sig, err := c.IdentityDocument(inst.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := c.IdentityCert()
+	id, err := muster.VerifyIdentity(cert, doc, sig)
+	if err != nil {
+		t.Fatalf("VerifyIdentity: %v", err)
+	}
+	if id.InstanceID != inst.ID || id.AvailabilityZone != "b" || id.AccountID != sim.AccountID || id.PrivateIP != inst.Addresses[0] ||
+		id.InstanceType != inst.InstanceType || !id.PendingTime.Equal(inst.Created) {
+		t.Fatalf("document %+v does not describe instance %+v", id, inst)
+	}
+	for _, k := range []string{"instanceId", "region", "availabilityZone", "imageId", "instanceType", "accountId", "pendingTime", "privateIp"} {
+		if !bytes.Contains(doc, []byte(`"`+k+`"`)) {
+			t.Errorf("document lacks EC2's key %s: %s", k, doc)
+		}
+	}
+	forged := bytes.Replace(doc, []byte(inst.ID), []byte("i-someoneelse"), 1)
+	if _, err := muster.VerifyIdentity(cert, forged, sig); muster.ErrorCode(err) != muster.EUnauthorized {
+		t.Fatalf("an altered document: got %v, want unauthorized", err)
+	}
+	if _, _, err := c.IdentityDocument("i-missing"); muster.ErrorCode(err) != muster.ENotFound {
+		t.Fatalf("unknown instance: got %v, want not-found", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The restarted sim signs with the same key: the old certificate
+	// verifies its new documents.
+	c2 := openCloud(t, sim.Config{Clock: newClock(), StateFile: file})
+	doc2, sig2, err := c2.IdentityDocument(inst.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := muster.VerifyIdentity(cert, doc2, sig2); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	// Another sim's key does not verify them.
+	other := openCloud(t, sim.Config{Clock: newClock()})
+	if _, err := muster.VerifyIdentity(other.IdentityCert(), doc2, sig2); muster.ErrorCode(err) != muster.EUnauthorized {
+		t.Fatalf("another sim's certificate: got %v, want unauthorized", err)
+	}
+}
+
+// The sim serves an instance's identity as EC2's metadata service does
+// (IMDSv2: a PUT for a token, then GETs with it) and its certificate.
+func TestIdentityServedLikeIMDS(t *testing.T) {
+	c := openCloud(t, sim.Config{Clock: newClock()})
+	inst, err := c.AddInstance("a", testController, testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim.NewServer(c))
+	defer ts.Close()
+	do := func(method, path string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.URL+path, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	base := sim.IMDSPrefix + inst.ID + "/latest"
+	code, tok := do("PUT", base+"/api/token", map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+	if code != 200 || tok == "" {
+		t.Fatalf("token: %d %q", code, tok)
+	}
+	if code, _ := do("GET", base+"/dynamic/instance-identity/document", nil); code != http.StatusUnauthorized {
+		t.Fatalf("document without a token: got %d, want 401", code)
+	}
+	h := map[string]string{"X-aws-ec2-metadata-token": tok}
+	_, doc := do("GET", base+"/dynamic/instance-identity/document", h)
+	_, sig := do("GET", base+"/dynamic/instance-identity/signature", h)
+	_, cert := do("GET", "/v1/identity-cert", nil)
+	id, err := muster.VerifyIdentity([]byte(cert), []byte(doc), sig)
+	if err != nil || id.InstanceID != inst.ID {
+		t.Fatalf("served identity: %+v, %v", id, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil || m["instanceId"] != inst.ID {
+		t.Fatalf("served document %s", doc)
+	}
+	if code, _ := do("GET", sim.IMDSPrefix+"i-nope/latest/dynamic/instance-identity/document", h); code != http.StatusNotFound {
+		t.Fatalf("unknown instance: got %d, want 404", code)
+	}
+	if code, _ := do("GET", base+"/dynamic/instance-identity/pkcs8", h); code != http.StatusNotFound {
+		t.Fatalf("unknown item: got %d, want 404", code)
+	}
+	if !strings.HasPrefix(cert, "-----BEGIN CERTIFICATE-----") {
+		t.Fatalf("certificate: %q", cert)
+	}
+}
