@@ -103,3 +103,68 @@ func TestScenario28_RebalanceLaunchBeforeStop(t *testing.T) {
 		t.Fatalf("plan after rebalance: %+v %v, want no moves", again, err)
 	}
 }
+
+func TestScenario29_DriftRollingUpdate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withSettings(func(s *muster.Settings) { s.MaxInFlight = 50 })) // of 4: 2 at a time
+	h.start()
+	var ids []string
+	for _, m := range h.add(4, muster.MachineTemplate{Group: "g", Constraints: muster.MustParseConstraints("cores=2")}) {
+		ids = append(ids, m.ID)
+	}
+	for _, id := range ids {
+		h.waitFor("machine "+id+" running", h.running(id))
+	}
+	h.started(ids...)
+	h.quiesce()
+	before := map[string]string{}
+	c := muster.MustParseConstraints("cores=4")
+	for _, id := range ids {
+		before[id] = h.machine(id).InstanceID()
+		h.update(muster.MachineUpdate{ID: id, Constraints: &c}) // apply records the new template
+	}
+	h.quiesce()
+	if err := h.p.ReplaceDrifted(h.ctx, []string{"99"}); !muster.IsCode(err, muster.EInvalid) {
+		t.Fatalf("unknown machine: got %v, want invalid", err)
+	}
+	if err := h.p.ReplaceDrifted(h.ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	done := map[string]bool{}
+	for len(done) < len(ids) {
+		var waiting []string
+		h.waitFor("replacements waiting to be started", func() bool {
+			waiting = nil
+			for _, id := range ids {
+				if !done[id] && h.machine(id).InstanceID() != before[id] {
+					waiting = append(waiting, id)
+				}
+			}
+			return len(waiting) > 0
+		})
+		h.quiesce()
+		if len(waiting) > 2 {
+			t.Fatalf("%d replacements at once, want at most 2 (max-in-flight 50%% of 4)", len(waiting))
+		}
+		for _, id := range waiting {
+			if _, ok := h.cloudInstances()[before[id]]; !ok {
+				t.Fatalf("machine %s: old instance stopped before the new one was started", id)
+			}
+			if got := h.cloudInstances()[h.machine(id).InstanceID()].Cores; got < 4 {
+				t.Fatalf("machine %s: new instance has %d cores, want at least 4", id, got)
+			}
+			h.started(id)
+			done[id] = true
+		}
+		for _, id := range waiting {
+			h.waitFor("old instance of "+id+" stopped", func() bool { _, ok := h.cloudInstances()[before[id]]; return !ok })
+		}
+	}
+	h.quiesce()
+	for _, id := range ids {
+		h.onlyInstance(id)
+	}
+	if got := len(h.prov.startCalls()); got != 8 {
+		t.Fatalf("got %d starts, want 8 (4 + 4 replacements)", got)
+	}
+}
