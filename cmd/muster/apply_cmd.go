@@ -110,9 +110,8 @@ func newApplyCmd(o *globalOptions) *cobra.Command {
 
 Missing machines of a group are added and surplus ones removed (highest
 ids first); groups not in the file are left alone. --dry-run prints the
-plan and changes nothing; --wait waits until the fleet is provisioned.
-Machines whose group's constraints or base changed have drifted: apply
-records the new template, --replace also replaces them.`,
+plan and changes nothing; --wait waits until the fleet is provisioned. Drifted
+machines (template changed) get the new template; --replace replaces them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {

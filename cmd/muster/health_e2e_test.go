@@ -103,19 +103,22 @@ func TestE2ERebalance(t *testing.T) {
 	}
 }
 
-// TestE2ERegistrationTimeout is issue 17's first Done-when, with the sim's
-// agents switched off for the first instance (sim-agents=false): after
-// registration-timeout the instance is replaced, and with agents back the
-// machine ends started on its second instance.
+// TestE2ERegistrationTimeout is issue 17's first Done-when: with every
+// simulated agent failing to boot, after registration-timeout the first
+// instance is replaced, and with boot failures back to 0 the machine ends
+// started on a later instance.
 func TestE2ERegistrationTimeout(t *testing.T) {
 	tc := startController(t, "")
-	tc.ok("model-config", "registration-timeout=3s", "sim-agents=false")
+	tc.ok("model-config", "registration-timeout=3s")
+	if out := tc.ok("sim", "faults", "--agent-boot-failure-rate", "1"); !strings.Contains(out, "agent-boot-fail:  1") {
+		t.Fatalf("sim faults printed:\n%s", out)
+	}
 	tc.ok("add-machine", "--wait")
 	first := tc.status().Machines["0"].InstanceID
 	testutil.Eventually(t, "the first instance replaced", func() bool {
 		return strings.Contains(tc.ok("events", "--machine", "0"), "replacing instance "+first+": registration-timeout")
 	})
-	tc.ok("model-config", "sim-agents=true")
+	tc.ok("sim", "faults", "--agent-boot-failure-rate", "0")
 	testutil.Eventually(t, "machine 0 started on a second instance", func() bool {
 		st := tc.status()
 		m := st.Machines["0"]
@@ -181,5 +184,27 @@ func TestE2EDrift(t *testing.T) {
 	})
 	if out := tc.ok("apply", "-f", v2, "--dry-run"); strings.Contains(out, "drifted") {
 		t.Fatalf("still drifted after --replace:\n%s", out)
+	}
+}
+
+// TestE2EUnhealthyAfterStopAgent: a started machine whose agent the sim
+// stops goes down and, after unhealthy-after, is replaced once (R2).
+func TestE2EUnhealthyAfterStopAgent(t *testing.T) {
+	tc := startController(t, "")
+	tc.ok("model-config", "unhealthy-after=1s", "agent-heartbeat=200ms")
+	tc.ok("add-machine", "-n", "2", "--wait")
+	testutil.Eventually(t, "2 machines started", func() bool { return startedOn(tc.status(), tc.simInstances()) })
+	first := tc.status().Machines["1"].InstanceID
+	if code, _, errOut := tc.cli("sim", "faults", "--stop-agent", "i-nope"); code != 1 || !strings.Contains(errOut, "i-nope") {
+		t.Fatalf("unknown instance: exit %d, stderr %q", code, errOut)
+	}
+	tc.ok("sim", "faults", "--stop-agent", first)
+	testutil.Eventually(t, "machine 1 started on a new instance", func() bool {
+		st := tc.status()
+		return st.Machines["1"].InstanceID != first && startedOn(st, tc.simInstances())
+	})
+	out := tc.ok("events", "--machine", "1")
+	if !strings.Contains(out, "replacing instance "+first+": unhealthy") || strings.Count(out, "replacing instance") != 1 {
+		t.Fatalf("events of machine 1:\n%s", out)
 	}
 }
