@@ -310,6 +310,11 @@ type MachineUpdate struct {
 	// instance (the agent reports them); the machine must have one.
 	Addresses *[]string
 	Hardware  *Hardware
+	// Constraints and Base, when set, replace the machine's template
+	// (R5: apply records a group's new template); its instance stays
+	// until it is replaced.
+	Constraints *Constraints
+	Base        *string
 }
 
 // Ptr returns a pointer to v, for building MachineUpdates.
@@ -320,6 +325,14 @@ type InstanceRecord struct {
 	MachineID string
 	Nonce     string // must equal the machine's recorded nonce
 	Info      InstanceInfo
+	// Replaces, when set, makes the record a replacement (R1–R5): it is
+	// accepted only while the machine is alive, its recorded instance is
+	// Replaces and its launch token is LaunchToken; it then records Info,
+	// Nonce and PasswordHash as the machine's and sets the machine
+	// pending, so that only the new instance's agent can log in.
+	Replaces     string
+	LaunchToken  string
+	PasswordHash string
 }
 
 // ProvisioningInfo is what the provisioner needs to start a machine.

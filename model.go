@@ -63,7 +63,17 @@ type Settings struct {
 	SimAgents           bool          // run simulated agents on sim instances, default true
 	BatchStarts         bool          // use batch starts when the provider offers them (E3), default true
 	EventRetention      time.Duration // events and change-log entries older than this are trimmed (S10), default 168h
+	RegistrationTimeout time.Duration // running without the agent ever started → replaced (R1); 0 = off, default 10m
+	UnhealthyAfter      time.Duration // agent down this long → replaced (R2); 0 = off (default)
+	MaxUnhealthy        Percent       // more of a group unhealthy than this → no R1/R2 replacement (R3), default 40%
+	MaxInFlight         Percent       // replacements of a group at once, of its size, at least 1 (R3), default 10%
 }
+
+// Percent is a share in whole percent, 0..100, written "40%".
+type Percent int
+
+// Of returns p of n, rounded down.
+func (p Percent) Of(n int) int { return n * int(p) / 100 }
 
 // DefaultSettings returns the settings of a new model.
 func DefaultSettings() Settings {
@@ -79,7 +89,7 @@ func DefaultSettings() Settings {
 // SettingKey describes one model-config key.
 type SettingKey struct {
 	Name    string
-	Type    string // "duration", "int", "float", "bool", "harvest-mode"
+	Type    string // "duration", "int", "float", "bool", "harvest-mode", "percent"
 	Default string
 	Min     string // inclusive bounds, "" when unbounded
 	Max     string
@@ -117,6 +127,14 @@ var SettingKeys = []SettingKey{
 		get: func(s *Settings) any { return &s.BatchStarts }},
 	{Name: "event-retention", Type: "duration", Default: "168h", Min: "1h", Max: "8760h", Doc: "events and change-log entries older than this are trimmed",
 		get: func(s *Settings) any { return &s.EventRetention }},
+	{Name: "registration-timeout", Type: "duration", Default: "10m", Min: "0s", Max: "24h", Doc: "an instance running this long without its agent ever started is replaced; 0 = off",
+		get: func(s *Settings) any { return &s.RegistrationTimeout }},
+	{Name: "unhealthy-after", Type: "duration", Default: "0s", Min: "0s", Max: "168h", Doc: "a machine whose agent is down this long is replaced; 0 = off",
+		get: func(s *Settings) any { return &s.UnhealthyAfter }},
+	{Name: "max-unhealthy", Type: "percent", Default: "40%", Min: "0", Max: "100", Doc: "above this share of a group unhealthy, nothing is replaced for health",
+		get: func(s *Settings) any { return &s.MaxUnhealthy }},
+	{Name: "max-in-flight", Type: "percent", Default: "10%", Min: "0", Max: "100", Doc: "share of a group replaced at once (at least one machine)",
+		get: func(s *Settings) any { return &s.MaxInFlight }},
 }
 
 // LookupSettingKey returns the key named name.
@@ -146,6 +164,8 @@ func (s Settings) Get(key string) (string, error) {
 		return strconv.FormatBool(*p), nil
 	case *HarvestMode:
 		return string(*p), nil
+	case *Percent:
+		return strconv.Itoa(int(*p)) + "%", nil
 	}
 	return "", Errorf(EInternal, "setting %q has no type", key)
 }
@@ -240,6 +260,17 @@ func (k SettingKey) set(s *Settings, value string) error {
 			return err
 		}
 		*p = m
+	case *Percent:
+		n, err := strconv.Atoi(strings.TrimSuffix(value, "%"))
+		if err != nil {
+			return bad("want a share such as 40%")
+		}
+		lo, _ := strconv.Atoi(k.Min)
+		hi, _ := strconv.Atoi(k.Max)
+		if n < lo || n > hi {
+			return bad(fmt.Sprintf("want between %s%% and %s%%", k.Min, k.Max))
+		}
+		*p = Percent(n)
 	default:
 		return Errorf(EInternal, "setting %q has no type", k.Name)
 	}

@@ -13,6 +13,7 @@ func TestDefaultSettings(t *testing.T) {
 		"retry-count": "10", "retry-delay": "10s", "auto-retry-max": "30m0s", "zone-failure-ttl": "3m0s",
 		"resync-interval": "5m0s", "agent-heartbeat": "10s", "rate-limit-burst": "20", "rate-limit-rate": "100",
 		"sim-agents": "true", "batch-starts": "true", "event-retention": "168h0m0s",
+		"registration-timeout": "10m0s", "unhealthy-after": "0s", "max-unhealthy": "40%", "max-in-flight": "10%",
 	}
 	got := s.Map()
 	if len(got) != len(want) {
@@ -48,6 +49,12 @@ func TestSettingsSet(t *testing.T) {
 		{"rate-limit-rate", "NaN", "want between"},
 		{"rate-limit-rate", "2.5", ""},
 		{"sim-agents", "maybe", "want true or false"},
+		{"max-unhealthy", "25%", ""},
+		{"max-unhealthy", "101%", `bad max-unhealthy "101%": want between 0% and 100%`},
+		{"max-in-flight", "-1%", "want between"},
+		{"max-in-flight", "half", "want a share such as 40%"},
+		{"unhealthy-after", "30s", ""},
+		{"registration-timeout", "-1s", "want between"},
 		{"no-such-key", "1", `unknown model-config key "no-such-key"`},
 	}
 	for _, tt := range tests {

@@ -83,12 +83,16 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	templates := planDrift(plans, ts, ms, req.Replace)
 	res := ApplyResult{DryRun: req.DryRun, Groups: plans}
 	if req.DryRun {
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	}
 	actor := principalOf(ctx).actor()
+	if err := s.applyDrift(ctx, m.UUID, actor, plans, templates, req.Replace); err != nil {
+		return err
+	}
 	var us []muster.MachineUpdate
 	var adds []muster.MachineTemplate
 	var es []muster.Event

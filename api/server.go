@@ -180,6 +180,7 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/models/{model}/events", rd(s.handleEvents))
 	m.Handle("GET /v1/models/{model}/events/stream", rd(s.handleEventStream))
 	m.Handle("POST /v1/models/{model}/apply", a(s.handleApply))
+	m.Handle("POST /v1/models/{model}/rebalance", a(s.handleRebalance))
 	m.Handle("/v1/models/{model}/sim/", a(s.handleSim))
 	m.Handle("POST /v1/dashboard/codes", a(s.handleDashboardCode))
 

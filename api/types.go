@@ -78,6 +78,7 @@ type Status struct {
 	ProvisionerError string                   `json:"provisioner-error"`
 	Machines         map[string]MachineStatus `json:"machines"`
 	Zones            map[string]ZoneStatus    `json:"zones"`
+	Remediation      []RemediationPause       `json:"remediation,omitempty"` // groups whose remediation is paused (R3)
 }
 
 // MachineStatus is one machine in Status.
@@ -181,6 +182,8 @@ type FleetGroup struct {
 type ApplyRequest struct {
 	Groups []FleetGroup `json:"groups"`
 	DryRun bool         `json:"dry-run,omitempty"`
+	// Replace replaces drifted machines as a rolling update (R5).
+	Replace bool `json:"replace,omitempty"`
 }
 
 // ApplyResult is the plan of an apply and, unless DryRun, what was done.
@@ -197,6 +200,10 @@ type GroupPlan struct {
 	Add    int      `json:"add"`    // machines to add
 	Added  []string `json:"added"`  // ids of the added machines (empty on a dry run)
 	Remove []string `json:"remove"` // ids of the machines to remove (highest first)
+	// Drifted are the machines whose template or instance is not the
+	// group's (R5), and Drift says so in one line.
+	Drifted []string `json:"drifted,omitempty"`
+	Drift   string   `json:"drift,omitempty"`
 }
 
 // LoginRequest is the body of POST /v1/agent/login. Model is the model's

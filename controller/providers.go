@@ -162,7 +162,7 @@ func openSimProvider(ctx context.Context, env ProviderEnv) (*ModelProvider, erro
 		if agents, err = newSimAgents(env); err != nil {
 			return nil, fmt.Errorf("simulated agents of model %s: %w", env.Model.Name, err)
 		}
-		cfg.OnStart, cfg.OnStop = agents.onStart, agents.onStop
+		cfg.OnStart, cfg.OnStop, cfg.OnAgentStop = agents.onStart, agents.onStop, agents.onStop
 	}
 	for _, z := range zones {
 		cfg.Zones = append(cfg.Zones, sim.ZoneConfig{Name: z, Available: true, Capacity: sim.Unlimited})

@@ -86,6 +86,10 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 			s.skipped.Add(1)
 			return
 		}
+		if !s.cloud.AgentBoots() { // scripted boot failure (R1)
+			s.log.Info("simulated agent never boots (agent-boot-failure-rate)", "instance", inst.ID)
+			return
+		}
 		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
 			Logger:     s.log.With("instance", inst.ID),
 			Clock:      s.clock,

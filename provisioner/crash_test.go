@@ -23,12 +23,16 @@ type crashStore struct {
 }
 
 func (s *crashStore) RecordInstances(ctx context.Context, model string, rs []muster.InstanceRecord) ([]error, error) {
-	if err := s.crash(ctx, "before record"); err != nil {
+	kind := ""
+	if len(rs) > 0 && rs[0].Replaces != "" {
+		kind = " (replacement)"
+	}
+	if err := s.crash(ctx, "before record"+kind); err != nil {
 		return nil, err
 	}
 	errs, err := s.Store.RecordInstances(ctx, model, rs)
 	if err == nil {
-		if err := s.crash(ctx, "after record"); err != nil {
+		if err := s.crash(ctx, "after record"+kind); err != nil {
 			return nil, err
 		}
 	}
@@ -50,10 +54,26 @@ func TestCrashSafety(t *testing.T) {
 	t.Run("listing lag", func(t *testing.T) { testCrashSafety(t, 30*time.Second) })
 }
 
-func testCrashSafety(t *testing.T, lag time.Duration) {
+// TestCrashSafetyReplacements is TestCrashSafety with replacements in
+// flight: no agent ever starts and registration-timeout is short, so
+// machines are replaced again and again (R1) while the provisioner
+// crashes around starts and records.
+func TestCrashSafetyReplacements(t *testing.T) {
+	t.Parallel()
+	testCrashSafety(t, 0, 2*time.Second)
+}
+
+func testCrashSafety(t *testing.T, lag time.Duration, regTimeout ...time.Duration) {
+	replacing := len(regTimeout) > 0
 	h := newHarness(t, withSettings(func(s *muster.Settings) {
 		s.HarvestMode = muster.HarvestAll
 		s.RetryDelay = time.Second
+		if replacing {
+			s.RegistrationTimeout = regTimeout[0]
+			s.RetryCount = 100
+			s.MaxUnhealthy = 100 // every machine is unhealthy here
+			s.MaxInFlight = 50
+		}
 	}), withFaults(sim.Faults{ListingLag: lag}))
 	rng := rand.New(rand.NewPCG(42, 7))
 	var (
@@ -65,6 +85,9 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 		interrupted = map[string]int{}
 	)
 	crash := func(ctx context.Context, where string) error {
+		if replacing && !strings.HasSuffix(where, " (replacement)") {
+			return nil // this mode crashes replacements only
+		}
 		mu.Lock()
 		fire := armed && rng.Float64() < 0.2
 		if fire {
@@ -82,11 +105,19 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 		return ctx.Err()
 	}
 	h.store2 = &crashStore{Store: h.store, crash: crash}
+	// where names a start's crash point, and whether it is a replacement's
+	// (its machine has an instance recorded already).
+	where := func(sp muster.StartParams, at string) string {
+		if m, err := h.store.Machine(context.Background(), h.model.UUID, sp.MachineID); err == nil && m.HasInstance() {
+			return at + " (replacement)"
+		}
+		return at
+	}
 	h.prov.setHooks(func(r *recProvider) {
-		r.beforeStart = func(ctx context.Context, _ muster.StartParams) error { return crash(ctx, "before start") }
-		r.afterStart = func(ctx context.Context, _ muster.StartParams, res muster.StartResult, err error) (muster.StartResult, error) {
+		r.beforeStart = func(ctx context.Context, sp muster.StartParams) error { return crash(ctx, where(sp, "before start")) }
+		r.afterStart = func(ctx context.Context, sp muster.StartParams, res muster.StartResult, err error) (muster.StartResult, error) {
 			if err == nil {
-				if cerr := crash(ctx, "after start"); cerr != nil {
+				if cerr := crash(ctx, where(sp, "after start")); cerr != nil {
 					return res, cerr
 				}
 			}
@@ -100,7 +131,7 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 		armed = true
 		n := 1 + rng.IntN(6)
 		mu.Unlock()
-		h.clock.Advance(time.Second) // a restart takes time
+		h.clock.Advance(time.Second) // a restart takes time; replacements come due
 		h.start()
 		added := h.add(n, muster.MachineTemplate{})
 		for _, m := range added {
@@ -121,8 +152,16 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 		}
 		// The round ends with a crash, or with the provisioner idle
 		// having done everything the round asked (no crash came up).
-		h.markIdle()
-		testutil.Eventually(t, "a crash or the provisioner idle", func() bool { return len(crashes) > 0 || h.idle() })
+		// With replacements, time passes within the run (twice the
+		// registration timeout), so that some come due and are in flight.
+		for step := 0; ; step++ {
+			h.markIdle()
+			testutil.Eventually(t, "a crash or the provisioner idle", func() bool { return len(crashes) > 0 || h.idle() })
+			if len(crashes) > 0 || !replacing || step == 2 {
+				break
+			}
+			h.clock.Advance(regTimeout[0])
+		}
 		select {
 		case where := <-crashes:
 			t.Logf("round %d: crash %s", round, where)
@@ -132,14 +171,21 @@ func testCrashSafety(t *testing.T, lag time.Duration) {
 	}
 	mu.Lock()
 	starts := interrupted["before start"] + interrupted["after start"]
+	replacements := interrupted["before start (replacement)"] + interrupted["after start (replacement)"] +
+		interrupted["before record (replacement)"] + interrupted["after record (replacement)"]
 	t.Logf("crashes that interrupted a run: %v", interrupted)
 	mu.Unlock()
-	if starts == 0 {
-		t.Fatalf("no crash interrupted a start in flight (%v): the test proved nothing", interrupted)
+	if starts+replacements == 0 || (replacing && replacements == 0) {
+		t.Fatalf("no crash interrupted a start (replacement: %v) in flight (%v): the test proved nothing", replacing, interrupted)
 	}
 	mu.Lock()
 	armed = false
 	mu.Unlock()
+	if replacing {
+		// Convergence is judged with replacements over: the last run
+		// cleans up after the crashes, and no new ones begin.
+		h.setSettings(func(s *muster.Settings) { s.RegistrationTimeout = 0 })
+	}
 	h.start()
 	var last error
 	t.Cleanup(func() {

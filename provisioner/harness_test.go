@@ -234,6 +234,7 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	s.RateLimitRate = 100000
 	s.RateLimitBurst = 100000
 	s.SimAgents = false
+	s.RegistrationTimeout = 0 // no agents here unless a test plays them
 	if cfg.settings != nil {
 		cfg.settings(&s)
 	}

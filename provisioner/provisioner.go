@@ -74,6 +74,8 @@ type Provisioner struct {
 	counted       map[string]MachineKey
 	counts        map[MachineKey]int
 	countsChanged bool
+
+	fleetHealth // R1–R5 (health.go, replace.go, rebalance.go)
 }
 
 // mstate is the loop's marks for one machine.
@@ -137,6 +139,7 @@ func New(cfg Config) (*Provisioner, error) {
 		binCache:     map[string]binariesEntry{},
 		counted:      map[string]MachineKey{},
 		counts:       map[MachineKey]int{},
+		fleetHealth:  newFleetHealth(),
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -185,6 +188,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	if !p.ran.CompareAndSwap(false, true) {
 		return muster.Errorf(muster.EInvalid, "provisioner: Run called twice")
 	}
+	defer close(p.ended)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := p.cfg.Store.Watch(ctx, p.modelUUID, 0, muster.ChangeMachine, muster.ChangeModel)
@@ -224,7 +228,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 		cancel()
 		p.pool.close()
 		p.w.wait()
-		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer, p.delayTimer} {
+		for _, t := range []muster.Timer{p.resync, p.retryTimer, p.youngTimer, p.delayTimer, p.healthTimer} {
 			if t != nil {
 				t.Stop()
 			}
@@ -260,6 +264,8 @@ const (
 	wakeRetry
 	wakeYoung
 	wakeDelay
+	wakeHealth
+	wakeRequest
 )
 
 // received is one thing the loop received.
@@ -269,6 +275,7 @@ type received struct {
 	ok   bool // the watcher's channel was open
 	err  error
 	r    any
+	req  func(ctx context.Context) error
 }
 
 // receive takes the next thing for the loop to do; without block it
@@ -292,6 +299,10 @@ func (p *Provisioner) receive(ctx context.Context, w muster.Watcher, block bool)
 			return received{wake: wakeYoung}
 		case <-timerC(p.delayTimer):
 			return received{wake: wakeDelay}
+		case <-timerC(p.healthTimer):
+			return received{wake: wakeHealth}
+		case fn := <-p.requests:
+			return received{wake: wakeRequest, req: fn}
 		default:
 			return received{wake: wakeNone}
 		}
@@ -313,6 +324,10 @@ func (p *Provisioner) receive(ctx context.Context, w muster.Watcher, block bool)
 		return received{wake: wakeYoung}
 	case <-timerC(p.delayTimer):
 		return received{wake: wakeDelay}
+	case <-timerC(p.healthTimer):
+		return received{wake: wakeHealth}
+	case fn := <-p.requests:
+		return received{wake: wakeRequest, req: fn}
 	}
 }
 
@@ -365,6 +380,8 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 				p.handleRetryNoted(r)
 			case jobDone:
 				p.busy--
+			case replaceStopped:
+				err = p.handleReplaceStopped(ctx, r)
 			}
 		case wakeResync:
 			err = p.fullPass(ctx)
@@ -378,6 +395,11 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 			p.delayTimer = nil
 			p.delayNext = time.Time{}
 			p.delaysOver()
+		case wakeHealth:
+			p.healthTimer = nil
+			err = p.remediate(ctx)
+		case wakeRequest:
+			err = in.req(ctx)
 		}
 		if err != nil {
 			return err
@@ -410,6 +432,7 @@ func (p *Provisioner) handleChanges(ctx context.Context, cs muster.ChangeSet) er
 	// A resync (the watcher fell behind a trimmed change log, S10) names
 	// only the machines that still exist: a full pass forgets the others.
 	if !p.firstDone || cs.Resync {
+		p.healthDirty = true
 		if err := p.fullPass(ctx); err != nil {
 			return err
 		}
@@ -419,9 +442,12 @@ func (p *Provisioner) handleChanges(ctx context.Context, cs muster.ChangeSet) er
 		}
 	}
 	if cs.Model {
-		return p.reloadModel(ctx)
+		p.healthDirty = true
+		if err := p.reloadModel(ctx); err != nil {
+			return err
+		}
 	}
-	return nil
+	return p.remediateIfDirty(ctx)
 }
 
 // reloadModel applies changed settings: pool size (P17), rate limits,
@@ -519,6 +545,7 @@ func (p *Provisioner) clearCounts() {
 // forget drops a machine that no longer exists (P1).
 func (p *Provisioner) forget(id string) {
 	p.zones.forget(id)
+	p.forgetHealth(id)
 	delete(p.retryAt, id)
 	if st := p.state[id]; st != nil && st.job == nil && !st.stopping {
 		delete(p.state, id)
@@ -599,9 +626,12 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	p.rebuildZones(ms, known)
 
 	// C2 and C3.
-	plan := planAdoption(ms, p.flagsOf, p.taggedInstances, recorded)
+	plan := planAdoption(ms, p.flagsOf, p.adoptable, recorded)
 	stops := plan.Stop
 	if err := p.applyAdoption(ctx, ms, plan, recorded); err != nil {
+		return err
+	}
+	if err := p.repairTokens(ctx, ms); err != nil {
 		return err
 	}
 
@@ -842,6 +872,7 @@ func (p *Provisioner) process(ctx context.Context, ms []muster.Machine, stops ma
 		byID[ms[i].ID] = &ms[i]
 	}
 	p.scheduleRetries(ms)
+	p.observeHealth(ms)
 	for _, m := range ms {
 		if st := p.state[m.ID]; st != nil && st.job != nil && st.job.ended.Load() {
 			st.recheck = true

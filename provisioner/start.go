@@ -33,8 +33,9 @@ type startJob struct {
 	password    string
 	autoRetries int
 	queued      time.Time
-	deferred    atomic.Bool // the machine became dead while starting (P13)
-	ended       atomic.Bool // the provisioning error is being written
+	replace     *replacement // set for a replacement (R1–R5)
+	deferred    atomic.Bool  // the machine became dead while starting (P13)
+	ended       atomic.Bool  // the provisioning error is being written
 
 	// Owned by whoever runs the current step.
 	clearToken   bool // the failure clears the launch token
@@ -168,11 +169,10 @@ func (p *Provisioner) queueChunk(ctx context.Context, ms []muster.Machine) error
 		// the instance that start may have made.
 		if inFlight(m) && p.cfg.PasswordKey != nil {
 			j.token, j.nonce = m.LaunchToken, m.Nonce
+			j.password = p.agentPassword(m.ID, j.token)
 		} else {
-			j.token = muster.NewSecret()
-			j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
+			p.newCredentials(j)
 		}
-		j.password = p.agentPassword(m.ID, j.token)
 		jobs = append(jobs, j)
 		u := muster.MachineUpdate{
 			ID:              m.ID,
@@ -304,6 +304,9 @@ func (p *Provisioner) handleStartResult(ctx context.Context, r startResult) erro
 	if r.stopped != "" {
 		p.viewRemove(r.stopped)
 	}
+	if r.job.replace != nil {
+		p.replacementStarted(r)
+	}
 	if !r.retryAt.IsZero() && !st.deferred {
 		p.retryAt[id] = retryEntry{at: r.retryAt, n: r.job.autoRetries}
 		p.armRetry()
@@ -414,6 +417,9 @@ func (p *Provisioner) attempt(j *startJob) {
 	if j.again {
 		j.again = false
 	} else {
+		if j.replace != nil && j.replace.zone != "" {
+			j.req.Placement = j.replace.zone // a move (R4)
+		}
 		zone, err := p.chooseZone(j)
 		if err != nil {
 			p.submitFail(j, err)
@@ -634,7 +640,7 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 		if info.Hardware.AvailabilityZone == "" {
 			info.Hardware.AvailabilityZone = inst.Zone
 		}
-		recs = append(recs, muster.InstanceRecord{MachineID: j.id, Nonce: j.nonce, Info: info})
+		recs = append(recs, j.record(info))
 		idx = append(idx, i)
 	}
 	if len(recs) == 0 {
@@ -810,6 +816,9 @@ func (p *Provisioner) fail(ctx context.Context, j *startJob, cause error) startR
 	if j.deferred.Load() {
 		return r
 	}
+	if j.replace != nil {
+		return p.failReplacement(ctx, j, cause)
+	}
 	j.ended.Store(true)
 	s := p.settings.Load()
 	msg := cause.Error()
@@ -905,6 +914,24 @@ func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.Star
 	}
 	params.UserData = ud
 	return params, nil
+}
+
+// newCredentials gives a start a fresh launch token, nonce and password.
+func (p *Provisioner) newCredentials(j *startJob) {
+	j.token = muster.NewSecret()
+	j.nonce = ControllerMachineTag + ":" + muster.NewUUID()
+	j.password = p.agentPassword(j.id, j.token)
+}
+
+// record is the guarded record of the instance a start made (P11); a
+// replacement's names the instance it replaces and hands the machine to
+// the new instance's credentials.
+func (j *startJob) record(info muster.InstanceInfo) muster.InstanceRecord {
+	r := muster.InstanceRecord{MachineID: j.id, Nonce: j.nonce, Info: info}
+	if j.replace != nil {
+		r.Replaces, r.LaunchToken, r.PasswordHash = j.replace.old, j.token, muster.HashSecret(j.password)
+	}
+	return r
 }
 
 // inFlight reports whether m's last start may have launched an instance

@@ -65,6 +65,9 @@ type Config struct {
 	// OnStop, when set, is called after an instance is stopped or
 	// terminated.
 	OnStop func(id string)
+	// OnAgentStop, when set, is called by StopAgent: the instance's
+	// simulated agent stops heartbeating, the instance runs on.
+	OnAgentStop func(id string)
 	// Logger receives warnings (e.g. a state file that cannot be written).
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -72,14 +75,15 @@ type Config struct {
 
 // Cloud is a simulated cloud. It is safe for concurrent use.
 type Cloud struct {
-	clock    muster.Clock
-	file     string
-	maxBatch int
-	pending  time.Duration // Config.PendingTime
-	onStart  func(Instance, muster.StartParams)
-	onStop   func(string)
-	logger   *slog.Logger
-	spaces   []SpaceConfig
+	clock       muster.Clock
+	file        string
+	maxBatch    int
+	pending     time.Duration // Config.PendingTime
+	onStart     func(Instance, muster.StartParams)
+	onStop      func(string)
+	onAgentStop func(string)
+	logger      *slog.Logger
+	spaces      []SpaceConfig
 
 	mu           sync.Mutex
 	rnd          *rand.Rand
@@ -139,6 +143,7 @@ func Open(cfg Config) (*Cloud, error) {
 		pending:      cfg.PendingTime,
 		onStart:      cfg.OnStart,
 		onStop:       cfg.OnStop,
+		onAgentStop:  cfg.OnAgentStop,
 		logger:       cfg.Logger,
 		spaces:       cfg.Spaces,
 		instances:    map[string]*Instance{},

@@ -24,12 +24,18 @@ type FaultEdit struct {
 	ReplyDelay     *time.Duration // of starts
 	LoseReplies    *int           // of starts
 	QuotaVCPUs     *int           // the region's vCPU quota, 0 for none
+	// AgentBootFailureRate is the probability 0..1 that a new instance's
+	// simulated agent never boots.
+	AgentBootFailureRate *float64
 }
 
 // Check refuses values that make no sense, before anything is changed.
 func (e FaultEdit) Check() error {
 	if r := e.StartErrorRate; r != nil && (*r < 0 || *r > 1) {
 		return muster.Errorf(muster.EInvalid, "bad --start-error-rate %g: want 0..1", *r)
+	}
+	if r := e.AgentBootFailureRate; r != nil && !(*r >= 0 && *r <= 1) {
+		return muster.Errorf(muster.EInvalid, "bad --agent-boot-failure-rate %g: want 0..1", *r)
 	}
 	if e.FailNext != nil {
 		if *e.FailNext < 0 {
@@ -63,7 +69,8 @@ func (e FaultEdit) Check() error {
 // through its own call).
 func (e FaultEdit) ChangesFaults() bool {
 	return e.Clear || e.StartErrorRate != nil || e.Latency != nil || e.RateLimit != nil ||
-		e.ListingLag != nil || e.ReplyDelay != nil || e.LoseReplies != nil || e.QuotaVCPUs != nil
+		e.ListingLag != nil || e.ReplyDelay != nil || e.LoseReplies != nil || e.QuotaVCPUs != nil ||
+		e.AgentBootFailureRate != nil
 }
 
 // Apply returns f with the edit made (FailNext aside).
@@ -97,6 +104,9 @@ func (e FaultEdit) Apply(f Faults) Faults {
 	}
 	if e.QuotaVCPUs != nil {
 		f.QuotaVCPUs = *e.QuotaVCPUs
+	}
+	if e.AgentBootFailureRate != nil {
+		f.AgentBootFailureRate = *e.AgentBootFailureRate
 	}
 	return f
 }
@@ -183,5 +193,6 @@ func (f Faults) Summary() [][2]string {
 		{"reply-delay", latency(f.ReplyDelay)},
 		{"lose-replies", counts(f.LoseReplies)},
 		{"quota-vcpus", quota},
+		{"agent-boot-fail", strconv.FormatFloat(f.AgentBootFailureRate, 'g', -1, 64)},
 	}
 }

@@ -143,6 +143,7 @@ func NewServer(c *Cloud) http.Handler {
 	mux.HandleFunc("GET /v1/admin/instances", s.adminInstances)
 	mux.HandleFunc("POST /v1/admin/instances", s.adminAddInstance)
 	mux.HandleFunc("POST /v1/admin/remove", s.adminRemove)
+	mux.HandleFunc("POST /v1/admin/instances/{id}/stop-agent", s.adminStopAgent)
 	mux.HandleFunc("GET /v1/admin/stats", s.adminStats)
 	mux.HandleFunc("POST /v1/admin/stats/reset", s.adminResetStats)
 	mux.HandleFunc("GET /v1/identity-cert", s.identityCert)

@@ -123,6 +123,10 @@ type Faults struct {
 	// cores of all live instances above it fails with ErrQuota (EC2's
 	// VcpuLimitExceeded) in every zone. 0 = no quota.
 	QuotaVCPUs int `json:"quota-vcpus,omitempty"`
+	// AgentBootFailureRate is the probability (0..1) that the simulated
+	// agent of an instance never boots, so its machine never reports
+	// started (R1). It is drawn when the agent would boot.
+	AgentBootFailureRate float64 `json:"agent-boot-failure-rate,omitempty"`
 }
 
 // Instance is an instance as the cloud keeps it.

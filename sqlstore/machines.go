@@ -260,7 +260,7 @@ func (t *wtx) updateMachines(ctx context.Context, modelUUID string, us []muster.
 	if err != nil {
 		return err
 	}
-	var changed []*muster.Machine
+	var changed, templates []*muster.Machine
 	for _, u := range us {
 		n, _ := parseID(u.ID)
 		m, ok := current[n]
@@ -270,12 +270,26 @@ func (t *wtx) updateMachines(ctx context.Context, modelUUID string, us []muster.
 		if err := applyUpdate(m, u); err != nil {
 			return err
 		}
+		if u.Constraints != nil || u.Base != nil {
+			templates = append(templates, m)
+		}
 		if !t.seen[change{modelUUID, muster.ChangeMachine, m.ID}] {
 			changed = append(changed, m)
 			t.change(modelUUID, muster.ChangeMachine, m.ID)
 		}
 	}
-	return t.writeMachines(ctx, modelUUID, changed, nanos(t.s.clock.Now()))
+	if err := t.writeMachines(ctx, modelUUID, changed, nanos(t.s.clock.Now())); err != nil {
+		return err
+	}
+	// A new template (R5) is rare: one statement per machine.
+	for _, m := range templates {
+		n, _ := parseID(m.ID)
+		if _, err := t.exec(ctx, `UPDATE machines SET constraints = ?, base = ? WHERE model_uuid = ? AND id = ?`,
+			m.Constraints.String(), m.Base, modelUUID, n); err != nil {
+			return fmt.Errorf("update template of machine %s: %w", m.ID, err)
+		}
+	}
+	return nil
 }
 
 // machinesForUpdate reads the named machines that exist in one query,
@@ -427,6 +441,15 @@ func applyUpdate(m *muster.Machine, u muster.MachineUpdate) error {
 	if u.Hardware != nil {
 		m.Instance.Hardware = *u.Hardware
 	}
+	if u.Base != nil {
+		if _, _, err := muster.ParseBase(*u.Base); err != nil {
+			return err
+		}
+		m.Base = *u.Base
+	}
+	if u.Constraints != nil {
+		m.Constraints = *u.Constraints
+	}
 	return nil
 }
 
@@ -449,14 +472,14 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 			return nil
 		}
 		// Read (and lock, in id order) every machine of the batch at once.
-		type state struct{ life, instID, nonce string }
+		type state struct{ life, instID, nonce, token string }
 		ids := make([]string, len(rs))
 		for i, r := range rs {
 			ids[i] = r.MachineID
 		}
 		current := map[int64]*state{}
 		if nums := parseIDs(ids); len(nums) > 0 {
-			rows, err := t.query(ctx, `SELECT id, life, instance_id, nonce FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")+` ORDER BY id`+s.d.forUpdate,
+			rows, err := t.query(ctx, `SELECT id, life, instance_id, nonce, launch_token FROM machines WHERE model_uuid = ? AND `+s.d.inList("id")+` ORDER BY id`+s.d.forUpdate,
 				modelUUID, s.d.listArg(nums))
 			if err != nil {
 				return fmt.Errorf("read machines: %w", err)
@@ -464,7 +487,7 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 			for rows.Next() {
 				var id int64
 				var st state
-				if err := rows.Scan(&id, &st.life, &st.instID, &st.nonce); err != nil {
+				if err := rows.Scan(&id, &st.life, &st.instID, &st.nonce, &st.token); err != nil {
 					rows.Close()
 					return fmt.Errorf("read machines: %w", err)
 				}
@@ -481,6 +504,16 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 			return fmt.Errorf("record instances: %w", err)
 		}
 		defer upd.Close()
+		// A replacement (R1–R5) also hands the machine to the new
+		// instance's agent: its nonce and password, and pending until
+		// that agent reports started.
+		repl, err := t.prepare(ctx, `UPDATE machines SET instance_id = ?, instance = ?, instance_status = ?,
+			instance_message = '', nonce = ?, password_hash = ?, status = ?, status_message = '', updated = ?
+			WHERE model_uuid = ? AND id = ?`)
+		if err != nil {
+			return fmt.Errorf("record instances: %w", err)
+		}
+		defer repl.Close()
 		now := nanos(s.clock.Now())
 		for i, r := range rs {
 			if r.Info.InstanceID == "" {
@@ -494,6 +527,32 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 				continue
 			}
 			life, instID, nonce := st.life, st.instID, st.nonce
+			if r.Replaces != "" {
+				switch {
+				case muster.Life(life) != muster.LifeAlive:
+					errs[i] = muster.Errorf(muster.EConflict, "machine %s is %s", r.MachineID, life)
+				case instID != r.Replaces:
+					errs[i] = muster.Errorf(muster.EConflict, "machine %s has instance %q, not %s", r.MachineID, instID, r.Replaces)
+				case r.LaunchToken == "" || st.token != r.LaunchToken:
+					errs[i] = muster.Errorf(muster.EConflict, "machine %s: launch token does not match the replacement", r.MachineID)
+				case r.Nonce == "" || r.PasswordHash == "":
+					errs[i] = muster.Errorf(muster.EInvalid, "machine %s: a replacement needs a nonce and a password hash", r.MachineID)
+				}
+				if errs[i] != nil {
+					continue
+				}
+				b, err := json.Marshal(r.Info)
+				if err != nil {
+					return fmt.Errorf("encode instance of machine %s: %w", r.MachineID, err)
+				}
+				if _, err := repl.ExecContext(ctx, r.Info.InstanceID, string(b), string(muster.InstanceRunning), r.Nonce, r.PasswordHash,
+					string(muster.StatusPending), now, modelUUID, n); err != nil {
+					return fmt.Errorf("record instance of machine %s: %w", r.MachineID, err)
+				}
+				st.instID, st.nonce = r.Info.InstanceID, r.Nonce
+				t.change(modelUUID, muster.ChangeMachine, r.MachineID)
+				continue
+			}
 			switch {
 			case muster.Life(life) == muster.LifeDead:
 				errs[i] = muster.Errorf(muster.EConflict, "machine %s is dead", r.MachineID)

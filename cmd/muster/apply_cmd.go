@@ -51,6 +51,7 @@ func writePlan(w io.Writer, res api.ApplyResult) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", g.Name, g.Have, g.Want, add, rm)
 	}
 	tw.Flush()
+	fmt.Fprint(w, res.DriftLines())
 	if res.DryRun {
 		fmt.Fprintln(w, "dry run: nothing changed")
 	}
@@ -92,9 +93,8 @@ func applyFleet(ctx context.Context, c *api.Client, model string, req api.ApplyR
 
 func newApplyCmd(o *globalOptions) *cobra.Command {
 	var (
-		file   string
-		dryRun bool
-		wait   bool
+		file                  string
+		dryRun, wait, replace bool
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE",
@@ -110,7 +110,8 @@ func newApplyCmd(o *globalOptions) *cobra.Command {
 
 Missing machines of a group are added and surplus ones removed (highest
 ids first); groups not in the file are left alone. --dry-run prints the
-plan and changes nothing; --wait waits until the fleet is provisioned.`,
+plan and changes nothing; --wait waits until the fleet is provisioned. Drifted
+machines (template changed) get the new template; --replace replaces them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -125,11 +126,13 @@ plan and changes nothing; --wait waits until the fleet is provisioned.`,
 			if err != nil {
 				return err
 			}
+			f.Replace = replace
 			return applyFleet(ctx, c, model, f, dryRun, wait, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "fleet file (- for stdin)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the fleet is provisioned")
+	cmd.Flags().BoolVar(&replace, "replace", false, "replace drifted machines, launch before stop (rolling update)")
 	return cmd
 }

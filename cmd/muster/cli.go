@@ -225,6 +225,7 @@ func addClientCmds(root *cobra.Command, o *globalOptions) {
 		newEventsCmd(o),
 		newZonesCmd(o),
 		newApplyCmd(o),
+		newRebalanceCmd(o),
 		newAddModelCmd(o),
 		newModelsCmd(o),
 		newRemoveModelCmd(o),

@@ -12,6 +12,7 @@ import (
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/sim"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // simTarget is the sim a `muster sim …` command acts on: the model's
@@ -140,6 +141,14 @@ func parseRate(s string) (sim.Bucket, error) {
 	return sim.Bucket{Burst: burst, PerSecond: per}, nil
 }
 
+// changed returns v when the flag was given, else nil.
+func changed[T any](fl *pflag.FlagSet, name string, v *T) *T {
+	if fl.Changed(name) {
+		return v
+	}
+	return nil
+}
+
 func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
 	var (
@@ -152,6 +161,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 
 		listingLag, replyDelay  time.Duration
 		loseReplies, quotaVCPUs int
+		bootFail                float64
+		stopAgent               string
 	)
 	cmd := &cobra.Command{
 		Use:   "faults",
@@ -170,38 +181,22 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
                           client sees a broken connection and retries: with
                           the same idempotency token it gets the same instance)
   --quota-vcpus N         the region's vCPU quota: a start beyond it fails
-                          with a quota error in every zone (0 for none)`,
+                          with a quota error in every zone (0 for none)
+  --agent-boot-failure-rate F, --stop-agent ID  script the simulated agents`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
-			edit := sim.FaultEdit{Clear: clear, Zone: zone}
-			if fl.Changed("start-error-rate") {
-				edit.StartErrorRate = &errRate
-			}
-			if fl.Changed("fail-next") {
-				edit.FailNext = &failNext
-			}
-			if fl.Changed("latency") {
-				edit.Latency = &latency
-			}
+			edit := sim.FaultEdit{Clear: clear, Zone: zone,
+				StartErrorRate: changed(fl, "start-error-rate", &errRate), FailNext: changed(fl, "fail-next", &failNext),
+				Latency: changed(fl, "latency", &latency), ListingLag: changed(fl, "listing-lag", &listingLag),
+				ReplyDelay: changed(fl, "reply-delay", &replyDelay), LoseReplies: changed(fl, "lose-replies", &loseReplies),
+				QuotaVCPUs: changed(fl, "quota-vcpus", &quotaVCPUs), AgentBootFailureRate: changed(fl, "agent-boot-failure-rate", &bootFail)}
 			if fl.Changed("rate-limit") {
 				bucket, err := parseRate(rate)
 				if err != nil {
 					return err
 				}
 				edit.RateLimit = &bucket
-			}
-			if fl.Changed("listing-lag") {
-				edit.ListingLag = &listingLag
-			}
-			if fl.Changed("reply-delay") {
-				edit.ReplyDelay = &replyDelay
-			}
-			if fl.Changed("lose-replies") {
-				edit.LoseReplies = &loseReplies
-			}
-			if fl.Changed("quota-vcpus") {
-				edit.QuotaVCPUs = &quotaVCPUs
 			}
 			if err := edit.Check(); err != nil {
 				return usageErrorf("%s", muster.ErrorMessage(err))
@@ -235,6 +230,11 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 					return err
 				}
 			}
+			if stopAgent != "" {
+				if err := sc.StopAgent(ctx, stopAgent); err != nil {
+					return err
+				}
+			}
 			f, err := sc.Faults(ctx)
 			if err != nil {
 				return err
@@ -257,6 +257,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	fl.DurationVar(&replyDelay, "reply-delay", 0, "how long a start's reply is held after the cloud acted")
 	fl.IntVar(&loseReplies, "lose-replies", 0, "the next N starts act, then lose their reply")
 	fl.IntVar(&quotaVCPUs, "quota-vcpus", 0, "the region's vCPU quota: starts beyond it fail with a quota error (0 for none)")
+	fl.Float64Var(&bootFail, "agent-boot-failure-rate", 0, "probability 0..1 that a new instance's simulated agent never boots")
+	fl.StringVar(&stopAgent, "stop-agent", "", "stop the simulated agent of this instance (it stops heartbeating)")
 	t.addFlag(cmd)
 	return cmd
 }

@@ -38,6 +38,9 @@ func writeStatusTable(w io.Writer, st api.Status) error {
 	if st.ProvisionerError != "" {
 		fmt.Fprintf(w, "provisioner: %s\n", muster.Printable(st.ProvisionerError))
 	}
+	for _, r := range st.Remediation {
+		fmt.Fprintln(w, r)
+	}
 	if len(st.Zones) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(tw, "Zone\tAvailable\tMachines")

@@ -38,6 +38,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"UpdateMachines", testUpdateMachines},
 		{"UpdateAllOrNothing", testUpdateAllOrNothing},
 		{"RecordInstances", testRecordInstances},
+		{"ReplaceInstance", testReplaceInstance},
+		{"UpdateTemplate", testUpdateTemplate},
 		{"RemoveMachines", testRemoveMachines},
 		{"ProvisioningInfo", testProvisioningInfo},
 		{"DistributionGroups", testDistributionGroups},

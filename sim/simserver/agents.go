@@ -55,6 +55,10 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 		case <-ctx.Done():
 			return
 		}
+		if !s.cloud.AgentBoots() { // scripted boot failure (R1)
+			log.Info("simulated agent never boots (agent-boot-failure-rate)", "machine", cfg.Machine)
+			return
+		}
 		log.Info("simulated agent starting", "machine", cfg.Machine, "controller", cfg.APIAddresses)
 		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
 			Logger:    log,

@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		agents = newAgents(logger(cfg.Cloud), cfg.Cloud.Clock, cfg.Cloud.PendingTime)
 		// Stopped last, after the server: nothing starts an agent then.
 		defer agents.close()
-		cfg.Cloud.OnStart, cfg.Cloud.OnStop = agents.onStart, agents.onStop
+		cfg.Cloud.OnStart, cfg.Cloud.OnStop, cfg.Cloud.OnAgentStop = agents.onStart, agents.onStop, agents.onStop
 	}
 	cloud, err := sim.Open(cfg.Cloud)
 	if err != nil {
