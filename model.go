@@ -63,6 +63,8 @@ type Settings struct {
 	SimAgents           bool          // run simulated agents on sim instances, default true
 	BatchStarts         bool          // use batch starts when the provider offers them (E3), default true
 	EventRetention      time.Duration // events and change-log entries older than this are trimmed (S10), default 168h
+	HarvestQuarantine   time.Duration // unknown instances are stopped and kept this long before termination (R6); 0 = off
+	HarvestMaxFraction  float64       // most of the live instances one pass may harvest as unknown (R7), default 0.5
 }
 
 // DefaultSettings returns the settings of a new model.
@@ -117,6 +119,10 @@ var SettingKeys = []SettingKey{
 		get: func(s *Settings) any { return &s.BatchStarts }},
 	{Name: "event-retention", Type: "duration", Default: "168h", Min: "1h", Max: "8760h", Doc: "events and change-log entries older than this are trimmed",
 		get: func(s *Settings) any { return &s.EventRetention }},
+	{Name: "harvest-quarantine", Type: "duration", Default: "0s", Min: "0s", Max: "720h", Doc: "unknown instances are stopped and kept this long before they are terminated; 0 = off",
+		get: func(s *Settings) any { return &s.HarvestQuarantine }},
+	{Name: "harvest-max-fraction", Type: "float", Default: "0.5", Min: "0.01", Max: "1", Doc: "most of the live instances one harvest pass may stop as unknown",
+		get: func(s *Settings) any { return &s.HarvestMaxFraction }},
 }
 
 // LookupSettingKey returns the key named name.

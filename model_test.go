@@ -13,6 +13,7 @@ func TestDefaultSettings(t *testing.T) {
 		"retry-count": "10", "retry-delay": "10s", "auto-retry-max": "30m0s", "zone-failure-ttl": "3m0s",
 		"resync-interval": "5m0s", "agent-heartbeat": "10s", "rate-limit-burst": "20", "rate-limit-rate": "100",
 		"sim-agents": "true", "batch-starts": "true", "event-retention": "168h0m0s",
+		"harvest-quarantine": "0s", "harvest-max-fraction": "0.5",
 	}
 	got := s.Map()
 	if len(got) != len(want) {

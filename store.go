@@ -173,5 +173,6 @@ type Store interface {
 	ControllerStore
 	LeaseStore
 	ControllerRegistry
+	HarvestStore
 	Close() error
 }

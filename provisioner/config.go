@@ -13,6 +13,7 @@ type Store interface {
 	muster.MachineStore
 	muster.EventStore
 	muster.ChangeWatcher
+	muster.HarvestStore
 	Model(ctx context.Context, nameOrUUID string) (muster.Model, error)
 }
 

@@ -59,6 +59,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"LeaseContention", testLeaseContention},
 		{"LeaseErrors", testLeaseErrors},
 		{"ControllerRegistry", testControllerRegistry},
+		{"CapacityBlocks", testCapacityBlocks},
+		{"ReleaseInstances", testReleaseInstances},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each test has its own stores; running them side by side
