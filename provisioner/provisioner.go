@@ -23,6 +23,7 @@ const Actor = "provisioner"
 type Provisioner struct {
 	cfg       Config
 	modelUUID string
+	cloud     string // the key of the capacity memory (Z7)
 	clock     muster.Clock
 	log       *slog.Logger
 	obs       Observer
@@ -119,6 +120,7 @@ func New(cfg Config) (*Provisioner, error) {
 	p := &Provisioner{
 		cfg:          cfg,
 		modelUUID:    cfg.Model.UUID,
+		cloud:        cfg.Cloud,
 		clock:        cfg.Clock,
 		log:          cfg.Logger.With("model", cfg.Model.Name),
 		obs:          cfg.Observer,
@@ -140,6 +142,9 @@ func New(cfg Config) (*Provisioner, error) {
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
+	}
+	if p.cloud == "" {
+		p.cloud = "model/" + cfg.Model.UUID
 	}
 	p.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	s := cfg.Model.Settings
@@ -584,6 +589,7 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	if err := p.refreshZones(ctx); err != nil {
 		return err
 	}
+	p.zones.learn(p.readBlocks(ctx))
 	now := p.clock.Now()
 	p.rebuildView(insts, now, s.HarvestMinAge)
 
