@@ -42,7 +42,8 @@ type recProvider struct {
 
 var (
 	_ muster.Provider   = (*recProvider)(nil)
-	_ muster.Networking = (*recProvider)(nil)
+	_ muster.Networking  = (*recProvider)(nil)
+	_ muster.Quarantiner = (*recProvider)(nil)
 )
 
 func (r *recProvider) StartInstance(ctx context.Context, sp muster.StartParams) (muster.StartResult, error) {
@@ -95,6 +96,12 @@ func (r *recProvider) Instances(ctx context.Context) ([]muster.Instance, error) 
 }
 
 func (r *recProvider) Zones(ctx context.Context) ([]muster.Zone, error) { return r.p.Zones(ctx) }
+
+func (r *recProvider) Quarantine(ctx context.Context, id string, since time.Time) error {
+	return r.p.Quarantine(ctx, id, since)
+}
+
+func (r *recProvider) Restore(ctx context.Context, id string) error { return r.p.Restore(ctx, id) }
 
 func (r *recProvider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]string, error) {
 	return r.p.DeriveZones(ctx, sp)
