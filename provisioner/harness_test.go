@@ -41,7 +41,7 @@ type recProvider struct {
 }
 
 var (
-	_ muster.Provider   = (*recProvider)(nil)
+	_ muster.Provider    = (*recProvider)(nil)
 	_ muster.Networking  = (*recProvider)(nil)
 	_ muster.Quarantiner = (*recProvider)(nil)
 )
@@ -163,6 +163,7 @@ type harness struct {
 	ctx      context.Context
 	clock    *fakeclock.Clock
 	store    *sqlstore.Store
+	dbPath   string
 	cloud    *sim.Cloud
 	prov     *recProvider
 	model    muster.Model
@@ -231,7 +232,8 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	tb.Cleanup(cancel)
 	clk := fakeclock.New(epoch)
 	discard := slog.New(slog.DiscardHandler)
-	st, err := sqlstore.Open(ctx, filepath.Join(tb.TempDir(), "muster.db"), sqlstore.WithClock(clk), sqlstore.WithLogger(discard),
+	dbPath := filepath.Join(tb.TempDir(), "muster.db")
+	st, err := sqlstore.Open(ctx, dbPath, sqlstore.WithClock(clk), sqlstore.WithLogger(discard),
 		sqlstore.WithPollInterval(20*time.Millisecond))
 	if err != nil {
 		tb.Fatal(err)
@@ -256,7 +258,7 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	}
 	tb.Cleanup(func() { cloud.Close() })
 	h := &harness{
-		tb: tb, ctx: ctx, clock: clk, store: st, cloud: cloud, model: m, passwords: pw,
+		tb: tb, ctx: ctx, clock: clk, store: st, dbPath: dbPath, cloud: cloud, model: m, passwords: pw,
 		prov:     &recProvider{p: cloud.Provider(controllerUUID, m.UUID)},
 		binaries: &binaries{arches: []string{"amd64"}},
 	}
