@@ -15,7 +15,7 @@ func testCapacityBlocks(t *testing.T, h *harness) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, b := range []muster.CapacityBlock{
 		{Cloud: "sim:http://x", Zone: "a", Shape: "cores=2", Until: t0.Add(3 * time.Minute)},
-		{Cloud: "sim:http://x", Zone: "a", Shape: "cores=2", Until: t0.Add(time.Minute)}, // earlier: ignored
+		{Cloud: "sim:http://x", Zone: "a", Shape: "cores=2", Until: t0.Add(time.Minute)},  // earlier: ignored
 		{Cloud: "sim:http://x", Zone: "b", Shape: "cores=2", Until: t0.Add(-time.Minute)}, // ended
 		{Cloud: "sim:http://x", Zone: "c", Shape: "cores=4", Until: t0.Add(time.Hour)},
 		{Cloud: "ec2:us-east-1", Zone: "a", Shape: "cores=2", Until: t0.Add(time.Hour)}, // another cloud
