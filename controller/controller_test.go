@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,7 +207,7 @@ func TestZonesOfAModelRunElsewhere(t *testing.T) {
 	}
 	recordInstance(t, c.Store(), m.UUID, "b")
 	zs, err = c.Zones(ctx, m.UUID)
-	if want := (api.ZoneInfo{Name: "b", Available: true, Machines: 1}); err != nil || len(zs) != 1 || zs[0] != want {
+	if want := (api.ZoneInfo{Name: "b", Available: true, Machines: 1}); err != nil || len(zs) != 1 || !reflect.DeepEqual(zs[0], want) {
 		t.Fatalf("got %v, %v; want [%v]", zs, err, want)
 	}
 }

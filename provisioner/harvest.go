@@ -465,3 +465,11 @@ func (p *Provisioner) restore(id string, done chan<- error) {
 		}))
 	})
 }
+
+// Provisioner returns the running provisioner, nil when none runs. It is
+// safe for concurrent use.
+func (s *Supervisor) Provisioner() *Provisioner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
