@@ -172,6 +172,19 @@ func explain(mc muster.Machine, es []muster.Event) Explanation {
 	return e
 }
 
+// Write writes e in format: "json" (indented), else text.
+func (e Explanation) Write(w io.Writer, format string) error {
+	if format == "json" {
+		b, err := json.MarshalIndent(e, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
+	return e.WriteText(w)
+}
+
 // WriteText writes e as `muster explain` prints it, with text from the
 // cloud escaped (S8).
 func (e Explanation) WriteText(w io.Writer) error {
@@ -288,4 +301,17 @@ func (p HarvestPlan) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// BlockedText is the zone's capacity blocks (Z7) in one cell of `muster
+// zones`: "shape until time; …", or "-".
+func (z ZoneInfo) BlockedText() string {
+	var l []string
+	for _, b := range z.Blocked {
+		l = append(l, muster.Printable(b.Shape)+" until "+b.Until.UTC().Format(time.RFC3339))
+	}
+	if len(l) == 0 {
+		return "-"
+	}
+	return strings.Join(l, "; ")
 }
