@@ -63,8 +63,8 @@ type Explanation struct {
 	Attempts        []muster.AttemptDecision `json:"attempts"`
 }
 
-// ExplainEvents bounds the machine's newest events an explanation reads.
-const ExplainEvents = 1000
+// ExplainEventLimit bounds the machine's newest events an explanation reads.
+const ExplainEventLimit = 1000
 
 func (s *Server) harvestRoutes(m *http.ServeMux) {
 	m.Handle("GET /v1/models/{model}/harvest", s.adminOnly(s.handleHarvestPlan))
@@ -98,12 +98,7 @@ func (s *Server) handleHarvestPlan(w http.ResponseWriter, r *http.Request) error
 
 // lists makes nil lists empty, so scripts can rely on every key.
 func (p HarvestPlan) lists() HarvestPlan {
-	if p.Quarantined == nil {
-		p.Quarantined = []PlannedHarvest{}
-	}
-	if p.Next == nil {
-		p.Next = []PlannedHarvest{}
-	}
+	p.Quarantined, p.Next = orEmpty(p.Quarantined), orEmpty(p.Next)
 	return p
 }
 
@@ -145,18 +140,18 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0], Limit: ExplainEvents})
+	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0], Limit: ExplainEventLimit})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, explain(ms[0], es))
+	writeJSON(w, http.StatusOK, ExplainEvents(ms[0], es))
 	return nil
 }
 
-// explain builds a machine's explanation from its events: every decision
+// ExplainEvents builds a machine's explanation from its events: every decision
 // event, oldest first. An event that does not decode is skipped (and
 // says so), never fatal.
-func explain(mc muster.Machine, es []muster.Event) Explanation {
+func ExplainEvents(mc muster.Machine, es []muster.Event) Explanation {
 	e := Explanation{Machine: mc.ID, Life: string(mc.Life), Status: string(mc.Status), InstanceID: mc.InstanceID(),
 		InstanceStatus: string(mc.InstanceStatus), InstanceMessage: mc.InstanceMessage, Attempts: []muster.AttemptDecision{}}
 	for _, ev := range es {
@@ -167,6 +162,8 @@ func explain(mc muster.Machine, es []muster.Event) Explanation {
 		if err := json.Unmarshal([]byte(ev.Message), &d); err != nil {
 			d = muster.AttemptDecision{Time: ev.Time, Error: "undecodable decision event: " + err.Error()}
 		}
+		d.Candidates, d.Blocked = orEmpty(d.Candidates), orEmpty(d.Blocked)
+		d.Failed, d.Excluded = orEmpty(d.Failed), orEmpty(d.Excluded)
 		e.Attempts = append(e.Attempts, d)
 	}
 	return e
@@ -188,24 +185,23 @@ func (e Explanation) Write(w io.Writer, format string) error {
 // WriteText writes e as `muster explain` prints it, with text from the
 // cloud escaped (S8).
 func (e Explanation) WriteText(w io.Writer) error {
-	p := muster.Printable
 	var b strings.Builder
 	fmt.Fprintf(&b, "machine %s: %s, %s", e.Machine, e.Status, e.InstanceStatus)
 	if e.InstanceID != "" {
-		fmt.Fprintf(&b, ", instance %s", p(e.InstanceID))
+		fmt.Fprintf(&b, ", instance %s", e.InstanceID)
 	}
 	if e.InstanceMessage != "" {
-		fmt.Fprintf(&b, " (%s)", p(e.InstanceMessage))
+		fmt.Fprintf(&b, " (%s)", muster.Printable(e.InstanceMessage))
 	}
 	b.WriteString("\n")
 	if len(e.Attempts) == 0 {
 		b.WriteString("no start attempt recorded\n")
 	}
 	for _, a := range e.Attempts {
-		fmt.Fprintf(&b, "attempt %d at %s, shape %s\n", a.Attempt, a.Time.UTC().Format(time.RFC3339), p(a.Shape))
+		fmt.Fprintf(&b, "attempt %d at %s, shape %s\n", a.Attempt, a.Time.UTC().Format(time.RFC3339), a.Shape)
 		var cands []string
 		for _, c := range a.Candidates {
-			cands = append(cands, fmt.Sprintf("%s (%d machines)", c.Zone, c.Machines))
+			cands = append(cands, fmt.Sprintf("%s (machines: %d)", c.Zone, c.Machines))
 		}
 		var blocked []string
 		for _, z := range a.Blocked {
@@ -222,21 +218,43 @@ func (e Explanation) WriteText(w io.Writer) error {
 			b.WriteString("  chose no zone\n")
 		}
 		if a.Instance != "" {
-			fmt.Fprintf(&b, "  started instance %s\n", p(a.Instance))
+			fmt.Fprintf(&b, "  started instance %s\n", a.Instance)
 		}
 		if a.Error != "" {
-			fmt.Fprintf(&b, "  error (%s): %s\n", a.ErrorKind, p(a.Error))
+			fmt.Fprintf(&b, "  error (%s): %s\n", a.ErrorKind, muster.Printable(a.Error))
 		}
 		if a.Next != "" {
-			fmt.Fprintf(&b, "  next: %s", p(a.Next))
+			fmt.Fprintf(&b, "  next: %s", muster.Printable(a.Next))
 			if !a.NextRetry.IsZero() {
 				fmt.Fprintf(&b, " (at %s)", a.NextRetry.UTC().Format(time.RFC3339))
 			}
 			b.WriteString("\n")
 		}
 	}
+	return writeLines(w, b.String())
+}
+
+// writeLines writes text line by line with control characters escaped
+// (S8): zone names, errors and instance ids come from clouds and agents.
+func writeLines(w io.Writer, text string) error {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(text, "\n") {
+		line, nl := strings.CutSuffix(l, "\n")
+		b.WriteString(muster.Printable(line))
+		if nl {
+			b.WriteString("\n")
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// orEmpty makes a nil list empty: every list is [] in JSON, never null.
+func orEmpty[T any](l []T) []T {
+	if l == nil {
+		return []T{}
+	}
+	return l
 }
 
 func orNone(l []string) string {
@@ -270,7 +288,7 @@ func (p HarvestPlan) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "BREAKER: %s\n", p.Breaker)
 	}
 	row := func(h PlannedHarvest, what string) {
-		fmt.Fprintf(&b, "%-24s %-6s %-8s %s\n", muster.Printable(h.Instance), muster.Printable(h.Zone), muster.Printable(h.Machine), what)
+		fmt.Fprintf(&b, "%-24s %-6s %-8s %s\n", h.Instance, h.Zone, h.Machine, what)
 	}
 	if len(p.Quarantined) == 0 && len(p.Next) == 0 {
 		b.WriteString("nothing quarantined, nothing to harvest\n")
@@ -299,8 +317,7 @@ func (p HarvestPlan) WriteText(w io.Writer) error {
 		}
 		row(h, what)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return writeLines(w, b.String())
 }
 
 // BlockedText is the zone's capacity blocks (Z7) in one cell of `muster

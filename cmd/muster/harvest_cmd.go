@@ -1,6 +1,10 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
 
 func newHarvestCmd(o *globalOptions) *cobra.Command {
 	var plan bool
@@ -15,7 +19,9 @@ func newHarvestCmd(o *globalOptions) *cobra.Command {
 			}
 			c, model, err := o.connect(cmd.Context())
 			if err == nil && restore != "" {
-				err = c.RestoreInstance(cmd.Context(), model, restore)
+				if err = c.RestoreInstance(cmd.Context(), model, restore); err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "instance %s restored: started, never harvested again\n", restore)
+				}
 			}
 			if err != nil {
 				return err
