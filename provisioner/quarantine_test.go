@@ -249,6 +249,11 @@ func TestCapacityMemorySharedAndKept(t *testing.T) {
 	// b is made busier first, so that the next machine tries a first.
 	inB := h.add(1, muster.MachineTemplate{Constraints: muster.Constraints{Cores: 2, Zones: []string{"b"}}})[0]
 	h.start()
+	// The second model on the same cloud key runs from before the failure,
+	// so it learns of it from the store when it prepares starts, not at
+	// its first pass.
+	p2, m2 := startOther(t, h, "model/"+h.model.UUID)
+	h.waitFor("second model's first pass", func() bool { return len(p2.Zones()) == 3 })
 	h.waitFor("machine in b running", h.running(inB.ID))
 	first := h.add(1, muster.MachineTemplate{Constraints: muster.Constraints{Cores: 2, Zones: []string{"a", "b"}}})[0]
 	h.advanceUntil("machine running after a capacity failure in a", time.Second, h.running(first.ID))
@@ -282,7 +287,6 @@ func TestCapacityMemorySharedAndKept(t *testing.T) {
 	}
 
 	// A second model on the same cloud key never tries a for that shape.
-	_, m2 := startOther(t, h, "model/"+h.model.UUID)
 	tpl := muster.MachineTemplate{Constraints: muster.Constraints{Cores: 2}}
 	if _, err := h.store.AddMachines(h.ctx, m2.UUID, []muster.MachineTemplate{tpl, tpl, tpl, tpl, tpl, tpl}); err != nil {
 		t.Fatal(err)
