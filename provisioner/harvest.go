@@ -244,8 +244,9 @@ func breakerTrips(n, live int, fraction float64) bool {
 // (ids) what to do now (R6) and puts those kinds into into, unless the
 // breaker trips (R7): then none is harvested, the pass says why (log,
 // event, status) and they wait for the next full pass. Quarantined
-// instances not yet due go back to p.young with their due time.
-func (p *Provisioner) harvestUnknown(ids []string, into map[string]string, now time.Time) {
+// instances not yet due go back to p.young with their due time. Only a
+// full pass, or a step with new instances to stop, resets the breaker.
+func (p *Provisioner) harvestUnknown(ids []string, into map[string]string, now time.Time, full bool) {
 	s := p.settings.Load()
 	_, canQuarantine := p.cfg.Provider.(muster.Quarantiner)
 	cands := map[string]string{}
@@ -269,6 +270,10 @@ func (p *Provisioner) harvestUnknown(ids []string, into map[string]string, now t
 		if _, q := muster.QuarantinedSince(e.inst); !q {
 			live++
 		}
+	}
+	if fresh == 0 && !full {
+		maps.Copy(into, cands) // quarantines ending: the breaker's state stands
+		return
 	}
 	p.tripped = nil
 	if !breakerTrips(fresh, live, s.HarvestMaxFraction) {

@@ -628,7 +628,7 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 			func(inst muster.Instance) bool { return p.released[inst.ID] || p.stoppingInst[inst.ID] },
 			now, s.HarvestMinAge)
 		p.young = young
-		p.harvestUnknown(old, stops, now)
+		p.harvestUnknown(old, stops, now, true)
 		p.armYoung()
 	} else {
 		p.young = map[string]time.Time{}
@@ -1115,7 +1115,7 @@ func (p *Provisioner) harvestMatured() {
 	}
 	sort.Strings(due)
 	extra := map[string]string{}
-	p.harvestUnknown(due, extra, now)
+	p.harvestUnknown(due, extra, now, false)
 	if len(extra) > 0 {
 		p.handleDead(nil, extra)
 	}

@@ -346,3 +346,30 @@ func TestCapacityMemorySharedAndKept(t *testing.T) {
 		t.Errorf("zone a blocked %+v after a restart, want arch=amd64 cores=2", blockedA)
 	}
 }
+
+// TestBreakerStandsWhileQuarantineEnds: a quarantine that ends between
+// full passes is terminated, and does not reset a tripped breaker.
+func TestBreakerStandsWhileQuarantineEnds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withSettings(func(s *muster.Settings) {
+		s.HarvestMode, s.HarvestMinAge, s.HarvestQuarantine = muster.HarvestAll, 0, 7*time.Minute
+	}))
+	ms := h.add(4, muster.MachineTemplate{})
+	h.start()
+	for _, m := range ms {
+		h.waitFor("machine running", h.running(m.ID))
+	}
+	first := addUnknown(t, h, 1)[0]
+	h.resync()
+	h.waitFor("first unknown quarantined", func() bool { st, q := cloudState(h, first); return st == "stopped" && q })
+	addUnknown(t, h, 6)
+	h.resync()
+	if b := h.p.HarvestPlan().Breaker; !strings.Contains(b, "6 of 10") {
+		t.Fatalf("breaker %q, want 6 of 10", b)
+	}
+	h.advanceUntil("first quarantine over", time.Minute, func() bool { st, _ := cloudState(h, first); return st == "gone" })
+	h.quiesce()
+	if b := h.p.HarvestPlan().Breaker; !strings.Contains(b, "6 of 10") {
+		t.Errorf("breaker %q after a quarantine ended between passes, want it to stand", b)
+	}
+}
