@@ -19,7 +19,9 @@ type harvestRuntime struct {
 	restored []string
 }
 
-func (r *harvestRuntime) HarvestPlan(context.Context, string) (api.HarvestPlan, error) { return r.plan, nil }
+func (r *harvestRuntime) HarvestPlan(context.Context, string) (api.HarvestPlan, error) {
+	return r.plan, nil
+}
 
 func (r *harvestRuntime) RestoreInstance(_ context.Context, _, id string) error {
 	if id != "i-q" {
