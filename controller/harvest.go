@@ -19,9 +19,16 @@ const restoreTimeout = time.Minute
 
 // cloudKey names the cloud a model's provider talks to, the key of the
 // capacity memory in the store (Z7): models on the same cloud share it,
-// whichever controller runs them. An embedded sim is a cloud of its own
-// ("": the model's own key).
+// whichever controller runs them. An embedded sim is a cloud of its own:
+// the model's own key.
 func cloudKey(m muster.Model) string {
+	if k := sharedCloudKey(m); k != "" {
+		return k
+	}
+	return "model/" + m.UUID
+}
+
+func sharedCloudKey(m muster.Model) string {
 	c := m.Config
 	switch m.Provider {
 	case "sim":
@@ -81,6 +88,29 @@ func (c *Controller) RestoreInstance(ctx context.Context, modelUUID, id string) 
 			return muster.Errorf(muster.EUnavailable, "restore of instance %s did not finish: %v", id, ctx.Err())
 		}
 		return err
+	}
+	return nil
+}
+
+// storedBlocks adds the capacity memory of a model's cloud (Z7) from the
+// store to byName, for a model whose provisioner runs elsewhere: a zone
+// known only from a block is listed too.
+func (c *Controller) storedBlocks(ctx context.Context, modelUUID string, byName map[string]*api.ZoneInfo) error {
+	m, err := c.store.Model(ctx, modelUUID)
+	if err != nil {
+		return err
+	}
+	bs, err := c.store.CapacityBlocks(ctx, cloudKey(m), c.cfg.Clock.Now())
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		z := byName[b.Zone]
+		if z == nil {
+			z = &api.ZoneInfo{Name: b.Zone, Available: true} // it took a start attempt
+			byName[b.Zone] = z
+		}
+		z.Blocked = append(z.Blocked, api.BlockedShape{Shape: b.Shape, Until: b.Until})
 	}
 	return nil
 }

@@ -83,6 +83,9 @@ func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInf
 		z.Machines++
 		z.Available = z.Available || m.InstanceStatus == muster.InstanceRunning
 	}
+	if err := c.storedBlocks(ctx, modelUUID, byName); err != nil {
+		return nil, err
+	}
 	out := make([]api.ZoneInfo, 0, len(byName))
 	for _, z := range byName {
 		out = append(out, *z)
