@@ -67,6 +67,8 @@ type Settings struct {
 	UnhealthyAfter      time.Duration // agent down this long → replaced (R2); 0 = off (default)
 	MaxUnhealthy        Percent       // more of a group unhealthy than this → no R1/R2 replacement (R3), default 40%
 	MaxInFlight         Percent       // replacements of a group at once, of its size, at least 1 (R3), default 10%
+	HarvestQuarantine   time.Duration // unknown instances are stopped and kept this long before termination (R6); 0 = off
+	HarvestMaxFraction  float64       // most of the live instances one pass may harvest as unknown (R7), default 0.5
 }
 
 // Percent is a share in whole percent, 0..100, written "40%".
@@ -135,6 +137,10 @@ var SettingKeys = []SettingKey{
 		get: func(s *Settings) any { return &s.MaxUnhealthy }},
 	{Name: "max-in-flight", Type: "percent", Default: "10%", Min: "0", Max: "100", Doc: "share of a group replaced at once (at least one machine)",
 		get: func(s *Settings) any { return &s.MaxInFlight }},
+	{Name: "harvest-quarantine", Type: "duration", Default: "0s", Min: "0s", Max: "720h", Doc: "unknown instances are stopped and kept this long before they are terminated; 0 = off",
+		get: func(s *Settings) any { return &s.HarvestQuarantine }},
+	{Name: "harvest-max-fraction", Type: "float", Default: "0.5", Min: "0.01", Max: "1", Doc: "most of the live instances one harvest pass may stop as unknown",
+		get: func(s *Settings) any { return &s.HarvestMaxFraction }},
 }
 
 // LookupSettingKey returns the key named name.

@@ -14,6 +14,7 @@ func TestDefaultSettings(t *testing.T) {
 		"resync-interval": "5m0s", "agent-heartbeat": "10s", "rate-limit-burst": "20", "rate-limit-rate": "100",
 		"sim-agents": "true", "batch-starts": "true", "event-retention": "168h0m0s",
 		"registration-timeout": "10m0s", "unhealthy-after": "0s", "max-unhealthy": "40%", "max-in-flight": "10%",
+		"harvest-quarantine": "0s", "harvest-max-fraction": "0.5",
 	}
 	got := s.Map()
 	if len(got) != len(want) {

@@ -174,5 +174,6 @@ type Store interface {
 	LeaseStore
 	ControllerRegistry
 	EnrolmentStore
+	HarvestStore
 	Close() error
 }

@@ -183,6 +183,7 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/models/{model}/rebalance", a(s.handleRebalance))
 	m.Handle("/v1/models/{model}/sim/", a(s.handleSim))
 	m.Handle("POST /v1/dashboard/codes", a(s.handleDashboardCode))
+	s.harvestRoutes(m)
 
 	m.HandleFunc("GET /{$}", s.handleDashboard)
 	m.HandleFunc("GET "+DashboardSigninPath, s.handleDashboardSignin)

@@ -235,7 +235,7 @@ func TestRetryProvisioning(t *testing.T) {
 
 // statusKeys and machineKeys are the keys of SPEC §5.2's status JSON.
 var (
-	statusKeys  = []string{"model", "provider", "harvest-mode", "machines", "zones", "provisioner-error"}
+	statusKeys  = []string{"model", "provider", "harvest-mode", "machines", "zones", "provisioner-error", "harvest-breaker"}
 	machineKeys = []string{"life", "status", "status-message", "instance-id", "instance-status", "instance-message",
 		"zone", "group", "base", "constraints", "hardware", "addresses", "keep-instance"}
 )
@@ -303,7 +303,7 @@ func TestStatusJSONHasEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(zs) != 3 || zs[1] != (api.ZoneInfo{Name: "b", Available: true, Machines: 1}) {
+	if len(zs) != 3 || !reflect.DeepEqual(zs[1], api.ZoneInfo{Name: "b", Available: true, Machines: 1}) {
 		t.Errorf("zones: got %+v", zs)
 	}
 }

@@ -76,6 +76,7 @@ type Status struct {
 	Provider         string                   `json:"provider"`
 	HarvestMode      string                   `json:"harvest-mode"`
 	ProvisionerError string                   `json:"provisioner-error"`
+	HarvestBreaker   string                   `json:"harvest-breaker"` // why harvest holds back (R7); "" when it does not
 	Machines         map[string]MachineStatus `json:"machines"`
 	Zones            map[string]ZoneStatus    `json:"zones"`
 	Remediation      []RemediationPause       `json:"remediation,omitempty"` // groups whose remediation is paused (R3)
@@ -109,6 +110,15 @@ type ZoneInfo struct {
 	Name      string `json:"name"`
 	Available bool   `json:"available"`
 	Machines  int    `json:"machines"` // machines with an instance in the zone
+	// Blocked lists the launch shapes the capacity memory keeps out of
+	// the zone (Z7) and when each block ends.
+	Blocked []BlockedShape `json:"blocked,omitempty"`
+}
+
+// BlockedShape is a launch shape a zone is remembered full for (Z7).
+type BlockedShape struct {
+	Shape string    `json:"shape"`
+	Until time.Time `json:"until"`
 }
 
 // MachineInfo is one machine in full.

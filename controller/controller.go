@@ -676,6 +676,7 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		// The provider itself, not the wrapper: the provisioner looks for
 		// what it offers beyond muster.Provider (batch starts, subnets).
 		Provider:      p.Provider,
+		Cloud:         cloudKey(m),
 		AgentBinaries: downloadURLs{c.agentBins, apiAddresses[0]},
 		Clock:         c.cfg.Clock,
 		Logger:        c.log, // the provisioner adds the model itself

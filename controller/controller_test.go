@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,8 +207,17 @@ func TestZonesOfAModelRunElsewhere(t *testing.T) {
 	}
 	recordInstance(t, c.Store(), m.UUID, "b")
 	zs, err = c.Zones(ctx, m.UUID)
-	if want := (api.ZoneInfo{Name: "b", Available: true, Machines: 1}); err != nil || len(zs) != 1 || zs[0] != want {
+	if want := (api.ZoneInfo{Name: "b", Available: true, Machines: 1}); err != nil || len(zs) != 1 || !reflect.DeepEqual(zs[0], want) {
 		t.Fatalf("got %v, %v; want [%v]", zs, err, want)
+	}
+	// The capacity memory of its cloud is in the store too (Z7).
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if err := c.Store().BlockCapacity(ctx, muster.CapacityBlock{Cloud: "model/" + m.UUID, Zone: "c", Shape: "arch=amd64 cores=2", Until: until}); err != nil {
+		t.Fatal(err)
+	}
+	zs, err = c.Zones(ctx, m.UUID)
+	if err != nil || len(zs) != 2 || zs[1].Name != "c" || len(zs[1].Blocked) != 1 || !zs[1].Blocked[0].Until.Equal(until) {
+		t.Fatalf("got %+v, %v; want b, and c blocked for arch=amd64 cores=2", zs, err)
 	}
 }
 

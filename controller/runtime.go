@@ -53,7 +53,8 @@ func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInf
 		if zs := r.sup.Zones(); len(zs) > 0 {
 			out := make([]api.ZoneInfo, len(zs))
 			for i, z := range zs {
-				out[i] = api.ZoneInfo{Name: z.Name, Available: z.Available, Machines: z.Machines}
+				out[i] = api.ZoneInfo{Name: z.Name, Available: z.Available, Machines: z.Machines,
+					Blocked: blockedShapes(z.Blocked, c.cfg.Clock.Now())}
 			}
 			return out, nil
 		}
@@ -81,6 +82,9 @@ func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInf
 		}
 		z.Machines++
 		z.Available = z.Available || m.InstanceStatus == muster.InstanceRunning
+	}
+	if err := c.storedBlocks(ctx, modelUUID, byName); err != nil {
+		return nil, err
 	}
 	out := make([]api.ZoneInfo, 0, len(byName))
 	for _, z := range byName {

@@ -581,7 +581,7 @@ func (p *Provider) Instances(ctx context.Context) ([]muster.Instance, error) {
 		out = append(out, muster.Instance{
 			ID:          s.ID,
 			Zone:        s.Labels[LabelZone],
-			Tags:        s.Labels,
+			Tags:        tagsOf(s.Labels, s.Names),
 			MachineID:   s.Labels[muster.TagMachine],
 			LaunchToken: s.Labels[muster.TagLaunchToken],
 			Created:     time.Unix(s.Created, 0),

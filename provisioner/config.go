@@ -14,6 +14,7 @@ type Store interface {
 	muster.EventStore
 	muster.ChangeWatcher
 	muster.EnrolmentStore // batch enrolment tokens (SPEC §4)
+	muster.HarvestStore
 	Model(ctx context.Context, nameOrUUID string) (muster.Model, error)
 }
 
@@ -27,6 +28,10 @@ type Config struct {
 
 	Store    Store
 	Provider muster.Provider
+	// Cloud names the cloud Provider talks to (its endpoint or region),
+	// the key of the capacity memory in the store (Z7): every model with
+	// the same Cloud shares it. "" means this model's alone.
+	Cloud string
 	// AgentBinaries finds the agent binaries of P8; nil means none are
 	// available, so every start fails with a provisioning error.
 	AgentBinaries muster.AgentBinaryFinder

@@ -41,8 +41,9 @@ type recProvider struct {
 }
 
 var (
-	_ muster.Provider   = (*recProvider)(nil)
-	_ muster.Networking = (*recProvider)(nil)
+	_ muster.Provider    = (*recProvider)(nil)
+	_ muster.Networking  = (*recProvider)(nil)
+	_ muster.Quarantiner = (*recProvider)(nil)
 )
 
 func (r *recProvider) StartInstance(ctx context.Context, sp muster.StartParams) (muster.StartResult, error) {
@@ -95,6 +96,12 @@ func (r *recProvider) Instances(ctx context.Context) ([]muster.Instance, error) 
 }
 
 func (r *recProvider) Zones(ctx context.Context) ([]muster.Zone, error) { return r.p.Zones(ctx) }
+
+func (r *recProvider) Quarantine(ctx context.Context, id string, since time.Time) error {
+	return r.p.Quarantine(ctx, id, since)
+}
+
+func (r *recProvider) Restore(ctx context.Context, id string) error { return r.p.Restore(ctx, id) }
 
 func (r *recProvider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]string, error) {
 	return r.p.DeriveZones(ctx, sp)
@@ -156,6 +163,7 @@ type harness struct {
 	ctx      context.Context
 	clock    *fakeclock.Clock
 	store    *sqlstore.Store
+	dbPath   string
 	cloud    *sim.Cloud
 	prov     *recProvider
 	model    muster.Model
@@ -224,7 +232,8 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	tb.Cleanup(cancel)
 	clk := fakeclock.New(epoch)
 	discard := slog.New(slog.DiscardHandler)
-	st, err := sqlstore.Open(ctx, filepath.Join(tb.TempDir(), "muster.db"), sqlstore.WithClock(clk), sqlstore.WithLogger(discard),
+	dbPath := filepath.Join(tb.TempDir(), "muster.db")
+	st, err := sqlstore.Open(ctx, dbPath, sqlstore.WithClock(clk), sqlstore.WithLogger(discard),
 		sqlstore.WithPollInterval(20*time.Millisecond))
 	if err != nil {
 		tb.Fatal(err)
@@ -250,7 +259,7 @@ func newHarness(tb testing.TB, opts ...harnessOpt) *harness {
 	}
 	tb.Cleanup(func() { cloud.Close() })
 	h := &harness{
-		tb: tb, ctx: ctx, clock: clk, store: st, cloud: cloud, model: m, passwords: pw,
+		tb: tb, ctx: ctx, clock: clk, store: st, dbPath: dbPath, cloud: cloud, model: m, passwords: pw,
 		prov:     &recProvider{p: cloud.Provider(controllerUUID, m.UUID)},
 		binaries: &binaries{arches: []string{"amd64"}},
 	}

@@ -21,14 +21,17 @@ const Actor = "provisioner"
 // Provisioner runs the engine for one model. Create it with New and run it
 // with Run, once.
 type Provisioner struct {
-	cfg       Config
-	modelUUID string
-	clock     muster.Clock
-	log       *slog.Logger
-	obs       Observer
-	lim       *limiter
-	settings  atomic.Pointer[muster.Settings] // read by workers
-	zoneView  atomic.Pointer[[]ZoneInfo]      // the zone table as Zones reports it
+	cfg         Config
+	modelUUID   string
+	cloud       string // the key of the capacity memory (Z7)
+	clock       muster.Clock
+	log         *slog.Logger
+	obs         Observer
+	lim         *limiter
+	settings    atomic.Pointer[muster.Settings] // read by workers
+	zoneView    atomic.Pointer[[]ZoneInfo]      // the zone table as Zones reports it
+	harvestMu   sync.Mutex                      // guards harvestView
+	harvestView HarvestPlan                     // what HarvestPlan reports (R6, R7)
 
 	rndMu sync.Mutex
 	rnd   *rand.Rand
@@ -60,7 +63,9 @@ type Provisioner struct {
 	released     map[string]bool
 	stoppingInst map[string]bool
 	retryAt      map[string]retryEntry
-	young        map[string]time.Time // young unknown instance → when it may be harvested
+	young        map[string]time.Time // young or quarantined unknown instance → when it may be harvested
+	tripped      []string             // unknown instances the harvest breaker held back (R7)
+	breakerMsg   string               // why the last pass harvested nothing, "" when it was fine
 	// groups are the spread groups whose members the zone table knows:
 	// every group seen by the last full pass or read since (E1: a start
 	// does not read its whole group again).
@@ -121,6 +126,7 @@ func New(cfg Config) (*Provisioner, error) {
 	p := &Provisioner{
 		cfg:          cfg,
 		modelUUID:    cfg.Model.UUID,
+		cloud:        cfg.Cloud,
 		clock:        cfg.Clock,
 		log:          cfg.Logger.With("model", cfg.Model.Name),
 		obs:          cfg.Observer,
@@ -143,6 +149,9 @@ func New(cfg Config) (*Provisioner, error) {
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
+	}
+	if p.cloud == "" {
+		p.cloud = "model/" + cfg.Model.UUID
 	}
 	p.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	s := cfg.Model.Settings
@@ -382,6 +391,8 @@ func (p *Provisioner) loop(ctx context.Context, w muster.Watcher) error {
 				p.busy--
 			case replaceStopped:
 				err = p.handleReplaceStopped(ctx, r)
+			case loopFunc:
+				r(p)
 			}
 		case wakeResync:
 			err = p.fullPass(ctx)
@@ -611,6 +622,7 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 	if err := p.refreshZones(ctx); err != nil {
 		return err
 	}
+	p.zones.learn(p.readBlocks(ctx))
 	now := p.clock.Now()
 	p.rebuildView(insts, now, s.HarvestMinAge)
 
@@ -645,13 +657,13 @@ func (p *Provisioner) fullPass(ctx context.Context) error {
 			func(inst muster.Instance) bool { return recorded[inst.ID] || known[inst.MachineID] != nil },
 			func(inst muster.Instance) bool { return p.released[inst.ID] || p.stoppingInst[inst.ID] },
 			now, s.HarvestMinAge)
-		for _, id := range old {
-			stops[id] = "unknown"
-		}
 		p.young = young
+		p.harvestUnknown(old, stops, now, true)
 		p.armYoung()
 	} else {
 		p.young = map[string]time.Time{}
+		p.tripped = nil
+		p.setBreaker("")
 		p.armYoung()
 	}
 	wasFirst := !p.firstDone
@@ -964,7 +976,7 @@ func (p *Provisioner) handleDead(dead []muster.Machine, extra map[string]string)
 	stop, _ := planDead(dead, p.harvest,
 		func(id string) bool { return p.view[id] != nil },
 		p.taggedWith)
-	j := &stopJob{kinds: map[string]string{}, machines: dead}
+	j := &stopJob{kinds: map[string]string{}, machines: dead, since: p.clock.Now()}
 	for _, id := range stop {
 		if !p.stoppingInst[id] {
 			j.instances = append(j.instances, id)
@@ -998,10 +1010,10 @@ func (p *Provisioner) handleStopResult(r stopResult) {
 	for _, id := range r.job.instances {
 		delete(p.stoppingInst, id)
 		if r.err == nil {
-			p.viewRemove(id)
-			delete(p.young, id)
+			p.stopped(r.job, id)
 		}
 	}
+	p.armYoung()
 	for _, m := range r.job.machines {
 		if st := p.state[m.ID]; st != nil {
 			st.stopping = false
@@ -1099,6 +1111,7 @@ func (p *Provisioner) armYoung() {
 		p.youngTimer.Stop()
 		p.youngTimer = nil
 	}
+	p.publishHarvest()
 	var next time.Time
 	for _, at := range p.young {
 		if next.IsZero() || at.Before(next) {
@@ -1121,16 +1134,19 @@ func (p *Provisioner) harvestMatured() {
 		return
 	}
 	now := p.clock.Now()
-	extra := map[string]string{}
+	var due []string
 	for id, at := range p.young {
 		if at.After(now) {
 			continue
 		}
 		delete(p.young, id)
 		if p.view[id] != nil && !p.stoppingInst[id] && !p.released[id] {
-			extra[id] = "unknown"
+			due = append(due, id)
 		}
 	}
+	sort.Strings(due)
+	extra := map[string]string{}
+	p.harvestUnknown(due, extra, now, false)
 	if len(extra) > 0 {
 		p.handleDead(nil, extra)
 	}

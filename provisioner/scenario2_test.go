@@ -233,7 +233,7 @@ func TestScenario14_HarvestModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {
-			h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = tt.mode }))
+			h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode, s.HarvestMaxFraction = tt.mode, 1 }))
 			unknown, err := h.cloud.AddInstance("a", controllerUUID, h.model.UUID)
 			if err != nil {
 				t.Fatal(err)

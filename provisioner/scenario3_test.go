@@ -220,7 +220,7 @@ func TestScenario22_CrashBetweenStartAndRecord(t *testing.T) {
 
 func TestScenario23_UnknownMinAge(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode = muster.HarvestUnknown }))
+	h := newHarness(t, withSettings(func(s *muster.Settings) { s.HarvestMode, s.HarvestMaxFraction = muster.HarvestUnknown, 1 }))
 	inst, err := h.cloud.AddInstance("a", controllerUUID, h.model.UUID)
 	if err != nil {
 		t.Fatal(err)

@@ -45,14 +45,20 @@ type startJob struct {
 	withZones    bool // set by the loop: the provider has zones (Z5)
 	throttles    int  // throttled calls in a row of the current attempt (E2)
 	again        bool // the next call repeats the last one in its zone (throttled)
+	calls        int  // zone choices made so far: the attempt number (R8)
+	// dec records the current attempt for `muster explain` (R8): filled
+	// by the loop when it chooses the zone, by the worker with the
+	// limiter wait, and recorded as an event with the attempt's outcome.
+	dec muster.AttemptDecision
 }
 
 // prepared is what a worker reports when it has built the start
 // parameters of jobs (P8, P9): the loop chooses their zones and queues
 // their attempts. bs is set when the jobs go in batch starts (E3).
 type prepared struct {
-	jobs []*startJob
-	bs   muster.BatchStarter
+	jobs   []*startJob
+	bs     muster.BatchStarter
+	blocks []muster.CapacityBlock // the store's capacity memory of the cloud (Z7)
 }
 
 // attemptFailed is what a worker reports when a start attempt failed: the
@@ -342,7 +348,7 @@ func (p *Provisioner) runPrepare(ctx context.Context, jobs []*startJob, bs muste
 		ready = append(ready, j)
 	}
 	if len(ready) > 0 {
-		p.send(ctx, prepared{jobs: ready, bs: bs})
+		p.send(ctx, prepared{jobs: ready, bs: bs, blocks: p.readBlocks(ctx)})
 	}
 }
 
@@ -382,15 +388,26 @@ func (p *Provisioner) prepare(ctx context.Context, j *startJob) error {
 // zones. Called by the loop only: the choice counts the machine in its
 // zone at once (Z4), so starts queued together spread.
 func (p *Provisioner) chooseZone(j *startJob) (string, error) {
+	j.calls++
+	now := p.clock.Now()
+	if !j.withZones {
+		j.dec = muster.AttemptDecision{Shape: j.req.Shape}
+	} else {
+		j.dec = p.zones.describe(j.req, now)
+	}
+	j.dec.Attempt, j.dec.Time = j.calls, now
 	if !j.withZones {
 		return "", nil
 	}
-	return p.zones.choose(j.req, p.clock.Now())
+	zone, err := p.zones.choose(j.req, now)
+	j.dec.Zone = zone
+	return zone, err
 }
 
 // handlePrepared plans the first attempt of prepared jobs, in batches by
 // zone when they came prepared for batch starts.
 func (p *Provisioner) handlePrepared(r prepared) {
+	p.zones.learn(r.blocks)
 	if r.bs == nil {
 		for _, j := range r.jobs {
 			p.attempt(j)
@@ -434,7 +451,9 @@ func (p *Provisioner) attempt(j *startJob) {
 // instance (P11, P12), or reports the failure to the loop.
 func (p *Provisioner) runAttempt(ctx context.Context, j *startJob) {
 	var res muster.StartResult
+	queued := p.clock.Now()
 	err := p.callOnce(ctx, "start", func(ctx context.Context) error {
+		j.dec.LimiterWait = p.clock.Now().Sub(queued).Seconds()
 		var err error
 		res, err = p.cfg.Provider.StartInstance(ctx, j.params)
 		if err == nil && res.Instance.ID == "" {
@@ -483,9 +502,11 @@ func (p *Provisioner) handleAttemptFailed(r attemptFailed) {
 		return
 	}
 	sameAttempt := false
+	var block *muster.CapacityBlock
 	if zone != "" && zoneSpecific(r.err) {
 		if kind == muster.ErrCapacity && s.ZoneFailureTTL > 0 {
-			p.zones.block(zone, j.req.Shape, p.clock.Now().Add(s.ZoneFailureTTL))
+			block = &muster.CapacityBlock{Cloud: p.cloud, Zone: zone, Shape: j.req.Shape, Until: p.clock.Now().Add(s.ZoneFailureTTL)}
+			p.zones.block(zone, j.req.Shape, block.Until)
 		}
 		sameAttempt = p.zones.markFailed(j.req, zone, p.clock.Now())
 	}
@@ -498,23 +519,27 @@ func (p *Provisioner) handleAttemptFailed(r attemptFailed) {
 		msg = fmt.Sprintf("start failed: %v; retrying in %s (%d more attempts)", r.err, delay.Round(time.Second), j.attemptsLeft)
 	}
 	p.log.Info("start failed; retrying", "machine", j.id, "zone", zone, "err", r.err, "attempts-left", j.attemptsLeft)
+	dec := p.decisionEvent(j, r.err, msg, p.clock.Now().Add(delay))
 	// The status is written before the delay starts, so that the next
 	// attempt's record can never be overtaken by a stale retry message.
 	p.submit(func(ctx context.Context) {
-		p.noteRetry(ctx, j, msg)
+		if block != nil {
+			p.rememberBlock(ctx, *block)
+		}
+		p.noteRetry(ctx, j, msg, dec)
 		p.send(ctx, retryNoted{job: j, delay: delay})
 	})
 }
 
 // noteRetry sets the instance status of a start that will be retried
-// (P10.6) on a worker.
-func (p *Provisioner) noteRetry(ctx context.Context, j *startJob, msg string) {
+// (P10.6) on a worker, and appends its events.
+func (p *Provisioner) noteRetry(ctx context.Context, j *startJob, msg string, evs ...muster.Event) {
 	if err := p.cfg.Store.UpdateMachines(ctx, p.modelUUID, []muster.MachineUpdate{{
 		ID: j.id, InstanceStatus: muster.Ptr(muster.InstanceAllocating), InstanceMessage: muster.Ptr(msg),
 	}}); err != nil && ctx.Err() == nil && !muster.IsCode(err, muster.ENotFound) {
 		p.log.Warn("retry status not set", "machine", j.id, "err", err)
 	}
-	p.appendEvents(ctx, p.newEvent(j.id, "retry", msg))
+	p.appendEvents(ctx, append(evs, p.newEvent(j.id, "retry", msg))...)
 }
 
 // handleRetryNoted starts the retry delay of a start (P10.7): the job
@@ -667,7 +692,8 @@ func (p *Provisioner) finish(ctx context.Context, jobs []*startJob, results []mu
 		if inst.Zone != "" {
 			msg += " in zone " + inst.Zone
 		}
-		evs = append(evs, p.newEvent(j.id, "provisioned", msg))
+		j.dec.Instance = inst.ID
+		evs = append(evs, p.decisionEvent(j, nil, "", time.Time{}), p.newEvent(j.id, "provisioned", msg))
 		p.log.Info("instance started", "machine", j.id, "instance", inst.ID, "zone", inst.Zone)
 		out[i] = startResult{job: j, inst: &inst}
 	}
@@ -736,7 +762,12 @@ func (p *Provisioner) startBatch(ctx context.Context, bs muster.BatchStarter, zo
 		}
 	}
 	var outs []muster.StartOutcome
+	queued := p.clock.Now()
 	err := p.call(ctx, "start-batch", func(ctx context.Context) error {
+		wait := p.clock.Now().Sub(queued).Seconds()
+		for _, j := range js {
+			j.dec.LimiterWait = wait
+		}
 		outs = bs.StartInstances(ctx, ps)
 		if len(outs) != len(ps) {
 			return muster.NewProviderError(muster.ErrUnavailable, "", "batch start returned %d outcomes for %d starts", len(outs), len(ps))
@@ -837,10 +868,18 @@ func (p *Provisioner) fail(ctx context.Context, j *startJob, cause error) startR
 		p.log.Warn("provisioning error not recorded", "machine", j.id, "err", err)
 	}
 	evMsg := msg
+	var evs []muster.Event
 	if next != nil {
 		evMsg += fmt.Sprintf(" (automatic retry at %s)", next.UTC().Format(time.RFC3339))
 	}
-	p.appendEvents(ctx, p.newEvent(j.id, "error", evMsg))
+	if j.calls > 0 {
+		at := time.Time{}
+		if next != nil {
+			at = *next
+		}
+		evs = append(evs, p.decisionEvent(j, cause, "provisioning error"+strings.TrimPrefix(evMsg, msg), at))
+	}
+	p.appendEvents(ctx, append(evs, p.newEvent(j.id, "error", evMsg))...)
 	p.log.Warn("provisioning error", "machine", j.id, "err", cause, "retryable", next != nil)
 	return r
 }

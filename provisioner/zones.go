@@ -1,10 +1,14 @@
 package provisioner
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/musterhq/muster"
@@ -15,6 +19,16 @@ type ZoneInfo struct {
 	Name      string
 	Available bool // false for a zone kept only because machines are in it (Z2)
 	Machines  int
+	// Blocked lists the launch shapes the capacity memory keeps out of
+	// the zone (Z7), by shape, with when each block ends; ended blocks
+	// may still be listed until the zone is next tried.
+	Blocked []BlockedShape
+}
+
+// BlockedShape is a launch shape a zone is remembered full for (Z7).
+type BlockedShape struct {
+	Shape string
+	Until time.Time
 }
 
 // zoneRequest is what the planner needs to know about one machine.
@@ -28,10 +42,25 @@ type zoneRequest struct {
 }
 
 // shapeOf is the launch shape of a machine for the capacity memory: what
-// decides the instance type it gets.
+// decides the instance type it gets, in the constraints' own words (so
+// `muster zones` can show it, and models on one cloud share it).
 func shapeOf(c muster.Constraints, arch string) string {
-	return arch + "/" + strconv.FormatUint(c.Cores, 10) + "/" + strconv.FormatUint(c.Mem, 10) + "/" +
-		strconv.FormatUint(c.RootDisk, 10) + "/" + c.InstanceType
+	s := "arch=" + arch
+	for _, f := range []struct {
+		key string
+		v   uint64
+	}{{"cores", c.Cores}, {"mem", c.Mem}, {"root-disk", c.RootDisk}} {
+		if f.v != 0 {
+			s += " " + f.key + "=" + strconv.FormatUint(f.v, 10)
+			if f.key != "cores" {
+				s += "M"
+			}
+		}
+	}
+	if c.InstanceType != "" {
+		s += " instance-type=" + c.InstanceType
+	}
+	return s
 }
 
 // zoneLoad is a candidate zone with the number of machines that count.
@@ -148,6 +177,14 @@ func (t *zoneTable) snapshot() []ZoneInfo {
 		out = append(out, ZoneInfo{Name: name, Available: ok, Machines: t.count[name]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for i := range out {
+		for key, until := range t.blocked {
+			if zone, shape, _ := strings.Cut(key, "|"); zone == out[i].Name {
+				out[i].Blocked = append(out[i].Blocked, BlockedShape{Shape: shape, Until: until})
+			}
+		}
+		sort.Slice(out[i].Blocked, func(a, b int) bool { return out[i].Blocked[a].Shape < out[i].Blocked[b].Shape })
+	}
 	return out
 }
 
@@ -225,9 +262,61 @@ func (t *zoneTable) zoneOf(id string) string {
 	return t.machine[id]
 }
 
-// block remembers that zone has no capacity for shape until until (Z7).
+// block remembers that zone has no capacity for shape until until (Z7),
+// unless it remembers a later end already.
 func (t *zoneTable) block(zone, shape string, until time.Time) {
-	t.blocked[zone+"|"+shape] = until
+	if key := zone + "|" + shape; until.After(t.blocked[key]) {
+		t.blocked[key] = until
+		t.gen++
+	}
+}
+
+// learn merges blocks read from the store (other models and controllers
+// on the same cloud, or this model before a restart).
+func (t *zoneTable) learn(bs []muster.CapacityBlock) {
+	for _, b := range bs {
+		t.block(b.Zone, b.Shape, b.Until)
+	}
+}
+
+// describe is what the planner sees for r now, for the record of an
+// attempt (R8): the candidates with the counts that decide between them,
+// and the zones left out as failed, excluded or blocked (Z7). It does not
+// change the table.
+func (t *zoneTable) describe(r zoneRequest, now time.Time) muster.AttemptDecision {
+	d := muster.AttemptDecision{Shape: r.Shape}
+	names := make([]string, 0, len(t.avail))
+	for name, ok := range t.avail {
+		if ok {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	counts := t.count
+	if r.Group != "" {
+		counts = t.gcount[r.Group]
+	}
+	for _, name := range names {
+		until, blocked := t.blocked[name+"|"+r.Shape]
+		switch {
+		case t.excluded[r.MachineID][name],
+			len(r.Allowed) > 0 && !slices.Contains(r.Allowed, name),
+			len(r.Derived) > 0 && !slices.Contains(r.Derived, name),
+			r.Placement != "" && name != r.Placement:
+			d.Excluded = append(d.Excluded, name)
+		case t.failed[r.MachineID][name]:
+			d.Failed = append(d.Failed, name)
+		case blocked && now.Before(until):
+			d.Blocked = append(d.Blocked, muster.ZoneBlock{Zone: name, Until: until})
+		default:
+			n := counts[name]
+			if t.machine[r.MachineID] == name {
+				n--
+			}
+			d.Candidates = append(d.Candidates, muster.ZoneCount{Zone: name, Machines: n})
+		}
+	}
+	return d
 }
 
 // candidates returns the zones r may use now, and whether some were
@@ -353,4 +442,43 @@ func (t *zoneTable) machines() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// readBlocks reads the cloud's capacity memory from the store (Z7), where
+// every model on the same cloud and every controller on the same store
+// records its capacity failures. A failure leaves the planner with what
+// it knows already: it only costs a try in a full zone.
+func (p *Provisioner) readBlocks(ctx context.Context) []muster.CapacityBlock {
+	bs, err := p.cfg.Store.CapacityBlocks(ctx, p.cloud, p.clock.Now())
+	if err != nil && ctx.Err() == nil {
+		p.log.Warn("capacity memory not read", "cloud", p.cloud, "err", err)
+	}
+	return bs
+}
+
+// rememberBlock records a capacity block in the store (Z7), on a worker.
+func (p *Provisioner) rememberBlock(ctx context.Context, b muster.CapacityBlock) {
+	if err := p.cfg.Store.BlockCapacity(ctx, b); err != nil && ctx.Err() == nil {
+		p.log.Warn("capacity block not recorded", "zone", b.Zone, "shape", b.Shape, "err", err)
+	}
+}
+
+// decisionEvent records j's current attempt (R8) with its outcome: the
+// error (nil on success), what happens next and when.
+func (p *Provisioner) decisionEvent(j *startJob, err error, next string, at time.Time) muster.Event {
+	d := j.dec
+	if err != nil {
+		d.Error = err.Error()
+		d.ErrorKind = muster.ProviderErrorKindOf(err).String()
+		var me *muster.Error
+		if d.ErrorKind == "unknown" && errors.As(err, &me) {
+			d.ErrorKind = me.Code // not the provider's: no zone, no binaries, ...
+		}
+	}
+	d.Next, d.NextRetry = next, at
+	b, jerr := json.Marshal(d)
+	if jerr != nil { // cannot happen for this type
+		b = []byte(fmt.Sprintf(`{"error":%q}`, jerr.Error()))
+	}
+	return p.newEvent(j.id, muster.EventDecision, string(b))
 }

@@ -146,9 +146,9 @@ func TestScenario08_ZoneListChanges(t *testing.T) {
 		kept  []string
 		want  []ZoneInfo
 	}{
-		{[]string{"a"}, nil, []ZoneInfo{{"a", true, 0}}},
-		{[]string{"a", "b", "c"}, nil, []ZoneInfo{{"a", true, 0}, {"b", true, 0}, {"c", true, 1}}},
-		{[]string{"a"}, []string{"c"}, []ZoneInfo{{"a", true, 0}, {"c", false, 1}}},
+		{[]string{"a"}, nil, []ZoneInfo{{Name: "a", Available: true, Machines: 0}}},
+		{[]string{"a", "b", "c"}, nil, []ZoneInfo{{Name: "a", Available: true, Machines: 0}, {Name: "b", Available: true, Machines: 0}, {Name: "c", Available: true, Machines: 1}}},
+		{[]string{"a"}, []string{"c"}, []ZoneInfo{{Name: "a", Available: true, Machines: 0}, {Name: "c", Available: false, Machines: 1}}},
 	}
 	for i, st := range steps {
 		kept := zt.refresh(zonesOf(st.zones...))

@@ -21,6 +21,8 @@ import (
 //	GET  /v1/info                         → {"max-batch": N}
 //	POST /v1/start         startRequest   → {"outcomes": [wireOutcome]}
 //	POST /v1/stop          stopRequest    → {}
+//	POST /v1/quarantine    quarantineRequest → {} (stop and tag, R6)
+//	POST /v1/restore       quarantineRequest → {} (start and untag)
 //	GET  /v1/instances?controller=C&model=M → [muster.Instance]
 //	GET  /v1/zones                        → [muster.Zone]
 //	GET  /v1/subnets                      → [muster.Subnet]
@@ -131,6 +133,8 @@ func NewServer(c *Cloud) http.Handler {
 	mux.HandleFunc("GET /v1/info", s.info)
 	mux.HandleFunc("POST /v1/start", s.start)
 	mux.HandleFunc("POST /v1/stop", s.stop)
+	mux.HandleFunc("POST /v1/quarantine", s.quarantine)
+	mux.HandleFunc("POST /v1/restore", s.restore)
 	mux.HandleFunc("GET /v1/instances", s.instances)
 	mux.HandleFunc("GET /v1/zones", s.zones)
 	mux.HandleFunc("GET /v1/subnets", s.subnets)

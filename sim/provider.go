@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -20,6 +21,8 @@ type backend interface {
 	listZones(ctx context.Context) ([]muster.Zone, error)
 	listSubnets(ctx context.Context) ([]muster.Subnet, error)
 	deriveZones(ctx context.Context, p muster.StartParams) ([]string, error)
+	quarantine(ctx context.Context, controller, model, id string, since time.Time) error
+	restore(ctx context.Context, controller, model, id string) error
 	MaxBatch() int
 }
 

@@ -224,6 +224,7 @@ func addClientCmds(root *cobra.Command, o *globalOptions) {
 		newShowMachineCmd(o),
 		newEventsCmd(o),
 		newZonesCmd(o),
+		newHarvestCmd(o), newExplainCmd(o),
 		newApplyCmd(o),
 		newRebalanceCmd(o),
 		newAddModelCmd(o),

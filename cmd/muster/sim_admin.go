@@ -263,27 +263,6 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// simInstanceJSON is one entry of `muster sim instances --format json`,
-// exactly as SPEC §5.2 has it.
-type simInstanceJSON struct {
-	ID          string `json:"id"`
-	Zone        string `json:"zone"`
-	State       string `json:"state"`
-	Model       string `json:"model"`
-	Controller  string `json:"controller"`
-	Machine     string `json:"machine"`
-	LaunchToken string `json:"launch-token"`
-	Created     string `json:"created"`
-}
-
-func toSimInstanceJSON(i sim.Instance) simInstanceJSON {
-	return simInstanceJSON{
-		ID: i.ID, Zone: i.Zone, State: i.State, Model: i.Model(), Controller: i.Controller(),
-		Machine: i.Tags[muster.TagMachine], LaunchToken: i.Tags[muster.TagLaunchToken],
-		Created: i.Created.UTC().Format(time.RFC3339Nano),
-	}
-}
-
 func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
 	var format string
@@ -304,9 +283,9 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := make([]simInstanceJSON, 0, len(is))
+			out := make([]sim.InstanceSummary, 0, len(is))
 			for _, i := range is {
-				out = append(out, toSimInstanceJSON(i))
+				out = append(out, i.Summary())
 			}
 			if format == "json" {
 				return printJSON(cmd.OutOrStdout(), out)
@@ -368,7 +347,7 @@ controller and model (an "unknown" instance, see harvest-mode), or with
 				controllerUUID, modelUUID = m.ControllerUUID, m.UUID
 			}
 			if zone == "" {
-				if zone, err = firstAvailableZone(ctx, sc); err != nil {
+				if zone, err = sc.FirstAvailableZone(ctx); err != nil {
 					return err
 				}
 			}
@@ -384,17 +363,4 @@ controller and model (an "unknown" instance, see harvest-mode), or with
 	cmd.Flags().BoolVar(&foreign, "foreign", false, "tag it for another controller and model")
 	t.addFlag(cmd)
 	return cmd
-}
-
-func firstAvailableZone(ctx context.Context, sc *sim.Client) (string, error) {
-	zs, err := sc.Zones(ctx)
-	if err != nil {
-		return "", err
-	}
-	for _, z := range zs {
-		if z.Available {
-			return z.Name, nil
-		}
-	}
-	return "", muster.Errorf(muster.EUnavailable, "the sim has no available zone")
 }

@@ -35,8 +35,10 @@ func writeStatusTable(w io.Writer, st api.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if st.ProvisionerError != "" {
-		fmt.Fprintf(w, "provisioner: %s\n", muster.Printable(st.ProvisionerError))
+	for _, kv := range [][2]string{{"provisioner", st.ProvisionerError}, {"harvest", st.HarvestBreaker}} {
+		if kv[1] != "" {
+			fmt.Fprintf(w, "%s: %s\n", kv[0], muster.Printable(kv[1]))
+		}
 	}
 	for _, r := range st.Remediation {
 		fmt.Fprintln(w, r)
@@ -191,9 +193,9 @@ func newZonesCmd(o *globalOptions) *cobra.Command {
 			}
 			rows := make([][]string, 0, len(zs))
 			for _, z := range zs {
-				rows = append(rows, []string{z.Name, yesNo(z.Available), strconv.Itoa(z.Machines)})
+				rows = append(rows, []string{z.Name, yesNo(z.Available), strconv.Itoa(z.Machines), z.BlockedText()})
 			}
-			return printTable(cmd.OutOrStdout(), []string{"Zone", "Available", "Machines"}, rows)
+			return printTable(cmd.OutOrStdout(), []string{"Zone", "Available", "Machines", "Out of capacity for (until)"}, rows)
 		},
 	}
 }

@@ -60,6 +60,7 @@ func Run(t *testing.T, newFixture func(tb testing.TB) Fixture) {
 		{"Zones", testZones},
 		{"DeriveZonesPlacement", testDeriveZones},
 		{"BatchStart", testBatch},
+		{"Quarantine", testQuarantine},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

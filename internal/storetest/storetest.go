@@ -62,6 +62,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"LeaseErrors", testLeaseErrors},
 		{"ControllerRegistry", testControllerRegistry},
 		{"Enrolment", testEnrolment},
+		{"CapacityBlocks", testCapacityBlocks},
+		{"ReleaseInstances", testReleaseInstances},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each test has its own stores; running them side by side
