@@ -193,6 +193,7 @@ type testRuntime struct {
 	validateModel    func(m muster.Model) error
 	agentBinary      func(sha256 string) (string, error)
 	providerHandler  func(modelUUID string) http.Handler
+	offerings        func(modelUUID string) muster.Offerings
 }
 
 var _ api.Runtime = (*testRuntime)(nil)
@@ -234,6 +235,13 @@ func (r *testRuntime) ProviderHandler(modelUUID string) http.Handler {
 		return nil
 	}
 	return r.providerHandler(modelUUID)
+}
+
+func (r *testRuntime) Offerings(modelUUID string) muster.Offerings {
+	if r.offerings == nil {
+		return muster.Offerings{}
+	}
+	return r.offerings(modelUUID)
 }
 
 // withRuntime is a newHarness hook that serves the API over rt.

@@ -65,6 +65,9 @@ func (s *Server) handleAddMachines(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
+	if err := s.checkOffered(m, ts[0]); err != nil {
+		return err
+	}
 	ms, err := s.store.AddMachines(r.Context(), m.UUID, ts)
 	if err != nil {
 		return err
@@ -79,6 +82,14 @@ func (s *Server) handleAddMachines(w http.ResponseWriter, r *http.Request) error
 	s.appendEvents(r.Context(), es)
 	writeJSON(w, http.StatusCreated, MachineIDs{IDs: ids})
 	return nil
+}
+
+// checkOffered refuses a machine the model's provider can never start.
+func (s *Server) checkOffered(m muster.Model, t muster.MachineTemplate) error {
+	if s.cfg.Runtime == nil {
+		return nil
+	}
+	return s.cfg.Runtime.Offerings(m.UUID).Check(t)
 }
 
 func addMachinesTemplates(req AddMachinesRequest) ([]muster.MachineTemplate, error) {

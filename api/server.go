@@ -84,6 +84,10 @@ type Runtime interface {
 	// embedded sim's), or nil when it has none. It is served to admins at
 	// /v1/models/{model}/sim/ with that prefix stripped.
 	ProviderHandler(modelUUID string) http.Handler
+	// Offerings returns what the model's provider can start (instance
+	// types, bases, zones), checked before machines are added; lists it
+	// does not know are nil and not checked.
+	Offerings(modelUUID string) muster.Offerings
 }
 
 // Server is the API's http.Handler. Create it with NewServer, call Start to

@@ -117,3 +117,22 @@ func (c *Controller) ProviderHandler(modelUUID string) http.Handler {
 	}
 	return nil
 }
+
+// Offerings is what the model's provider offers, when its provisioner
+// runs here: instance types and bases from the provider (when it knows
+// them), zones from the provisioner's zone table once it has one.
+// Nothing is known of a model another controller runs.
+func (c *Controller) Offerings(modelUUID string) muster.Offerings {
+	r := c.runner(modelUUID)
+	if r == nil {
+		return muster.Offerings{}
+	}
+	var o muster.Offerings
+	if of, ok := r.provider.Provider.(muster.Offerer); ok {
+		o = of.Offerings()
+	}
+	for _, z := range r.sup.Zones() {
+		o.Zones = append(o.Zones, z.Name)
+	}
+	return o
+}

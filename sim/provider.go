@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"slices"
 
 	"github.com/musterhq/muster"
 )
@@ -104,4 +105,15 @@ func (p *Provider) Subnets(ctx context.Context) ([]muster.Subnet, error) {
 // zone-independent error.
 func (p *Provider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]string, error) {
 	return p.b.deriveZones(ctx, sp)
+}
+
+var _ muster.Offerer = (*Provider)(nil)
+
+// Offerings are the sim's instance types and bases, which every sim has.
+func (p *Provider) Offerings() muster.Offerings {
+	o := muster.Offerings{Bases: slices.Clone(Bases)}
+	for _, it := range InstanceTypes {
+		o.InstanceTypes = append(o.InstanceTypes, muster.InstanceTypeOffer{Name: it.Name, Arch: it.Arch, Cores: uint64(it.Cores), Mem: it.Mem})
+	}
+	return o
 }

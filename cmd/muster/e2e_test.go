@@ -251,8 +251,8 @@ func TestE2EBadInput(t *testing.T) {
 	}
 	// A setting change is all or none.
 	before := tc.ok("model-config", "retry-count")
-	if code, _, _ := tc.cli("model-config", "retry-count=3", "harvest-mode=sometimes"); code != 1 {
-		t.Errorf("model-config with one bad value: exit %d, want 1", code)
+	if code, _, _ := tc.cli("model-config", "retry-count=3", "harvest-mode=sometimes"); code != 2 {
+		t.Errorf("model-config with one bad value: exit %d, want 2 (usage)", code)
 	}
 	if after := tc.ok("model-config", "retry-count"); after != before {
 		t.Errorf("got retry-count %q after a refused change, want %q", after, before)
@@ -584,8 +584,8 @@ func TestE2EApply(t *testing.T) {
 	// A bad fleet file is refused whole.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("groups:\n  - name: web\n    count: 9\n  - name: db\n    count: 1\n    constraints: cores=many\n"), 0o600)
-	if code, _, errOut := tc.cli("apply", "-f", bad); code != 1 || !strings.Contains(errOut, "db") {
-		t.Errorf("bad fleet: exit %d stderr %q, want exit 1 naming group db", code, errOut)
+	if code, _, errOut := tc.cli("apply", "-f", bad); code != 2 || !strings.Contains(errOut, "db") {
+		t.Errorf("bad fleet: exit %d stderr %q, want exit 2 (usage) naming group db", code, errOut)
 	}
 	if n := len(tc.status().Machines); n != 12 {
 		t.Errorf("got %d machines after a refused apply, want 12", n)

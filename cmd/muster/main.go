@@ -47,8 +47,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 0
 	}
 	fmt.Fprintf(stderr, "error: %s\n", printableError(oneLine(errorText(err))))
+	return exitCode(err)
+}
+
+// exitCode is 2 for every usage error: a bad command line and any input
+// refused as invalid, whether the CLI or the controller found it (like
+// cobra's own flag errors); 1 for everything else.
+func exitCode(err error) int {
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsageError(err) {
+	if errors.As(err, &ue) || isCobraUsageError(err) || muster.ErrorCode(err) == muster.EInvalid {
 		return 2
 	}
 	return 1
