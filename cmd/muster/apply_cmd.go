@@ -83,11 +83,11 @@ func applyFleet(ctx context.Context, c *api.Client, model string, req api.ApplyR
 	if dryRun || !wait {
 		return nil
 	}
-	failures, err := waitFor(ctx, c, model, applyGoals(res), progressW, "applying")
+	failures, err := waitFor(ctx, c, model, applyGoals(res), progressW, "applying", false)
 	if err != nil {
 		return err
 	}
-	return failureError(failures)
+	return failureError(failures, 0)
 }
 
 func newApplyCmd(o *globalOptions) *cobra.Command {

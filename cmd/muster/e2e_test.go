@@ -291,7 +291,8 @@ func TestE2ERemoveWithoutForce(t *testing.T) {
 	tc := startController(t, "")
 	tc.ok("model-config", "retry-count=0")
 	tc.ok("add-machine", "--wait")
-	if code, _, _ := tc.cli("add-machine", "--constraints", "cores=64", "--wait"); code != 1 {
+	tc.ok("sim", "faults", "--quota-vcpus", "1")
+	if code, _, _ := tc.cli("add-machine", "--constraints", "cores=2", "--wait"); code != 1 {
 		t.Fatalf("add-machine of an impossible machine --wait: exit %d, want 1", code)
 	}
 	inst := tc.status().Machines["0"].InstanceID
@@ -668,7 +669,8 @@ func TestE2EShowMachineEventsAndRetry(t *testing.T) {
 	// A machine no zone can take ends in provisioning error; --wait says
 	// so, and retry-provisioning takes it again.
 	tc.ok("model-config", "retry-count=0")
-	code, out, errOut := tc.cli("add-machine", "--constraints", "cores=64", "--wait")
+	tc.ok("sim", "faults", "--quota-vcpus", "1")
+	code, out, errOut := tc.cli("add-machine", "--constraints", "cores=2", "--wait")
 	if code != 1 || strings.TrimSpace(out) != "1" || !strings.Contains(errOut, "1: provisioning error") {
 		t.Fatalf("add-machine of an impossible machine --wait: exit %d stdout %q stderr %q, want exit 1 naming machine 1", code, out, errOut)
 	}

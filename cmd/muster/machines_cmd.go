@@ -13,18 +13,27 @@ func newAddMachineCmd(o *globalOptions) *cobra.Command {
 	var (
 		req  api.AddMachinesRequest
 		to   string
-		wait bool
+		wait string
 	)
 	cmd := &cobra.Command{
 		Use:   "add-machine",
 		Short: "Declare machines; prints their ids, one per line",
 		Long: `Declare machines; prints their ids, one per line.
 
-With --wait it waits until every new machine's instance is running or in
-provisioning error, showing progress on stderr, and fails if any ended in
-error.`,
+With --wait it waits until every new machine has started (its instance
+running and its agent logged in), or with --wait=instances until their
+instances run, showing both phases on stderr; it fails as soon as a
+machine is in provisioning error, naming it. Interrupted, it leaves the
+machines provisioning.`,
+		Example: `  muster add-machine -n 3 --constraints "cores=2 mem=4GB" --wait
+  muster add-machine --to zone=b --base ubuntu@22.04
+  muster add-machine -m staging --group web --wait=instances`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			goal, ok := map[string]api.Goal{"": nil, "started": api.Started, "instances": api.Provisioned}[wait]
+			if !ok {
+				return usageErrorf("bad --wait %q: want started or instances", wait)
+			}
 			if req.Count < 1 || req.Count > api.MaxAddMachines {
 				return usageErrorf("bad -n %d: want 1..%d", req.Count, api.MaxAddMachines)
 			}
@@ -56,18 +65,18 @@ error.`,
 			for _, id := range ids {
 				fmt.Fprintln(cmd.OutOrStdout(), id)
 			}
-			if !wait {
+			if goal == nil {
 				return nil
 			}
 			goals := map[string]api.Goal{}
 			for _, id := range ids {
-				goals[id] = api.Provisioned
+				goals[id] = goal
 			}
-			failures, err := waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "provisioning")
+			failures, err := waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "provisioning", true)
 			if err != nil {
 				return err
 			}
-			return failureError(failures)
+			return failureError(failures, len(ids))
 		},
 	}
 	f := cmd.Flags()
@@ -77,7 +86,8 @@ error.`,
 	f.StringVar(&req.Base, "base", "", "base, e.g. ubuntu@24.04 (default ubuntu@24.04)")
 	f.StringVar(&to, "to", "", "placement, zone=NAME")
 	f.StringArrayVar(&req.Storage, "storage", nil, "storage name=size[,pool=P] (repeatable)")
-	f.BoolVar(&wait, "wait", false, "wait until the machines are provisioned")
+	f.StringVar(&wait, "wait", "", "wait until the machines have started, or with --wait=instances until their instances run")
+	f.Lookup("wait").NoOptDefVal = "started"
 	return cmd
 }
 
@@ -110,7 +120,7 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 			for _, id := range args {
 				goals[id] = api.Removed
 			}
-			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing")
+			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing", false)
 			return err
 		},
 	}

@@ -14,13 +14,14 @@ import (
 // plain lines (only when something changed) otherwise.
 type progress struct {
 	w     io.Writer
+	what  string
 	bar   *progressbar.ProgressBar
 	total int
 	last  string
 }
 
 func newProgress(w io.Writer, total int, what string) *progress {
-	p := &progress{w: w, total: total}
+	p := &progress{w: w, total: total, what: what}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.bar = progressbar.NewOptions(total,
 			progressbar.OptionSetWriter(w),
@@ -42,7 +43,7 @@ func (p *progress) update(done int, detail string) {
 		_ = p.bar.Set(done)
 		return
 	}
-	line := fmt.Sprintf("%d/%d %s", done, p.total, detail)
+	line := fmt.Sprintf("%s %d/%d: %s", p.what, done, p.total, detail)
 	if line != p.last {
 		fmt.Fprintln(p.w, line)
 		p.last = line

@@ -2,70 +2,41 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 )
 
 // waitFor waits until every machine of goals has reached its goal, showing
-// progress on w, and returns the failures as "id: why", sorted by id. It
-// ends early with ctx's error.
-func waitFor(ctx context.Context, c *api.Client, model string, goals map[string]api.Goal, w io.Writer, what string) ([]string, error) {
-	return waitForShowing(ctx, c, model, goals, w, what, machineState)
-}
-
-// waitForShowing is waitFor with the states shown in progress lines given
-// by stateOf.
-func waitForShowing(ctx context.Context, c *api.Client, model string, goals map[string]api.Goal, w io.Writer, what string, stateOf func(api.MachineStatus, bool) string) ([]string, error) {
+// progress on w labelled with what and its phases (api.Progress), and
+// returns the failures as "id: why", sorted by id; with failFast as soon
+// as one machine failed. Interrupted, it says that the controller carries
+// on.
+func waitFor(ctx context.Context, c *api.Client, model string, goals map[string]api.Goal, w io.Writer, what string, failFast bool) ([]string, error) {
 	if len(goals) == 0 {
 		return nil, nil
 	}
+	ids := sortedIDs(goals)
 	p := newProgress(w, len(goals), what)
 	defer p.finish()
-	return c.Wait(ctx, model, goals, func(st api.Status, done int, waiting []string) {
-		detail := map[string]int{}
-		for _, id := range waiting {
-			m, ok := st.Machines[id]
-			detail[stateOf(m, ok)]++
-		}
-		p.update(done, summarize(detail, st.ProvisionerError))
+	wait := c.Wait
+	if failFast {
+		wait = c.WaitFailFast
+	}
+	failures, err := wait(ctx, model, goals, func(st api.Status, done int, _ []string) {
+		p.update(done, api.Progress(st, ids))
 	})
-}
-
-// machineState is a one-word state of a machine for progress lines.
-func machineState(m api.MachineStatus, ok bool) string {
-	switch {
-	case !ok:
-		return "removed"
-	case m.Life != string(muster.LifeAlive):
-		return m.Life
-	case m.InstanceStatus == "":
-		return "pending"
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted while %s: the controller carries on with the machines (muster status shows them)", what)
 	}
-	return m.InstanceStatus
-}
-
-// summarize formats counts by state, e.g. "4 allocating, 2 pending".
-func summarize(counts map[string]int, provisionerErr string) string {
-	var parts []string
-	for _, k := range sortedKeys(counts) {
-		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
-	}
-	s := strings.Join(parts, ", ")
-	if s == "" {
-		s = "done"
-	}
-	if provisionerErr != "" {
-		s += " (provisioner: " + provisionerErr + ")"
-	}
-	return s
+	return failures, err
 }
 
 // failureError reports machines that ended in error after a wait.
-func failureError(failures []string) error {
+func failureError(failures []string, total int) error {
 	if len(failures) == 0 {
 		return nil
 	}
@@ -73,6 +44,9 @@ func failureError(failures []string) error {
 	msg := strings.Join(failures[:min(show, len(failures))], "; ")
 	if len(failures) > show {
 		msg += fmt.Sprintf("; and %d more", len(failures)-show)
+	}
+	if total > len(failures) {
+		msg += " (any others keep provisioning)"
 	}
 	return fmt.Errorf("%d machine(s) did not provision: %s", len(failures), msg)
 }
