@@ -131,8 +131,8 @@ func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) er
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if len(req.IDs) == 0 {
-		return muster.Errorf(muster.EInvalid, "no machine ids given")
+	if req.All == (len(req.IDs) > 0) {
+		return muster.Errorf(muster.EInvalid, "give either machine ids or all, not both or neither")
 	}
 	ids, err := uniqueIDs(req.IDs)
 	if err != nil {
@@ -142,7 +142,15 @@ func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	ms, err := s.machinesByID(r.Context(), m, ids)
+	var ms []muster.Machine
+	if req.All {
+		ms, err = s.store.Machines(r.Context(), m.UUID, nil)
+		for _, mc := range ms {
+			ids = append(ids, mc.ID)
+		}
+	} else {
+		ms, err = s.machinesByID(r.Context(), m, ids)
+	}
 	if err != nil {
 		return err
 	}

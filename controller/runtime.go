@@ -30,6 +30,7 @@ func (c *Controller) newAPI(adminTokenHash string) error {
 		Clock:          c.cfg.Clock,
 		Runtime:        c,
 		Metrics:        reg,
+		Registerer:     reg,
 		BodyTimeout:    c.cfg.BodyTimeout,
 		SessionKey:     c.ca.DerivedKey("agent sessions"),
 	})
