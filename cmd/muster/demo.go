@@ -204,7 +204,7 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintln(w)
-	if err := writeStatusTable(w, st); err != nil {
+	if err := api.WriteStatusTable(w, st, false); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, `

@@ -97,10 +97,15 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 		wait bool
 	)
 	cmd := &cobra.Command{
-		Use:   "remove-machine ID...",
+		Use:   "remove-machine ID... | --all",
 		Short: "Mark machines dying; --force makes them dead at once",
-		Args:  cobra.MinimumNArgs(1),
+		Example: `  muster remove-machine 3 4 --wait
+  muster remove-machine --all --force`,
+		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.All == (len(args) > 0) {
+				return usageErrorf("give machine ids or --all, not both and not neither")
+			}
 			if err := checkMachineIDs(args); err != nil {
 				return err
 			}
@@ -110,14 +115,12 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 				return err
 			}
 			req.IDs = args
-			if err := c.RemoveMachines(ctx, model, req); err != nil {
+			ids, err := c.RemoveMachinesIDs(ctx, model, req)
+			if err != nil || !wait {
 				return err
 			}
-			if !wait {
-				return nil
-			}
 			goals := map[string]api.Goal{}
-			for _, id := range args {
+			for _, id := range ids {
 				goals[id] = api.Removed
 			}
 			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing", false)
@@ -125,6 +128,7 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&req.All, "all", false, "every machine of the model")
 	f.BoolVar(&req.KeepInstance, "keep-instance", false, "leave the machines' instances running")
 	f.BoolVar(&req.Force, "force", false, "make the machines dead at once")
 	f.BoolVar(&wait, "wait", false, "wait until the machines are removed")
@@ -136,6 +140,7 @@ func newRetryProvisioningCmd(o *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retry-provisioning ID... | --all",
 		Short: "Try machines in provisioning error again",
+		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return usageErrorf("give machine ids or --all, not both and not neither")
@@ -165,13 +170,11 @@ func newRetryProvisioningCmd(o *globalOptions) *cobra.Command {
 func newShowMachineCmd(o *globalOptions) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
-		Use:   "show-machine ID",
-		Short: "Show one machine in full, with its recent events",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show-machine ID",
+		Short:             "Show one machine in full, with its recent events",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format, "yaml", "json"); err != nil {
-				return err
-			}
 			if err := checkMachineIDs(args); err != nil {
 				return err
 			}
@@ -184,12 +187,9 @@ func newShowMachineCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			return printYAML(cmd.OutOrStdout(), d)
+			return api.WriteAs(cmd.OutOrStdout(), format, d.Shown(), nil, nil)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "yaml", "output format: yaml or json")
+	formatFlag(cmd, &format, "yaml", "json")
 	return cmd
 }

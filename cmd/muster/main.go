@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "error: %s\n", printableError(oneLine(errorText(err))))
+	fmt.Fprintf(stderr, "error: %s\n", userError(err))
 	return exitCode(err)
 }
 
@@ -60,6 +60,9 @@ func exitCode(err error) int {
 	}
 	return 1
 }
+
+// userError is err as one printable line.
+func userError(err error) string { return printableError(oneLine(errorText(err))) }
 
 // errorText is the text of an error for users: refusals name their code
 // ("unauthorized: invalid token") so that scripts and people see why.
@@ -103,16 +106,25 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "muster",
 		Short:         "muster keeps cloud instances in step with the machines you declare",
+		Long: `muster keeps cloud instances in step with the machines you declare.
+
+Start with 'muster demo', or 'muster controller' and then 'muster add-machine'.
+Client commands find the controller through the client config file
+(--config, else $MUSTER_CONFIG, else ~/.config/muster/client.yaml) and act
+on a model (-m, else $MUSTER_MODEL, else the one 'muster switch' chose).`,
+		Version:       muster.BuildInfo().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	root.SetVersionTemplate("muster {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	o := &globalOptions{}
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.config, "config", "", "client config file (default $MUSTER_CONFIG, else ~/.config/muster/client.yaml)")
 	pf.StringVarP(&o.model, "model", "m", "", "model to act on (default $MUSTER_MODEL, else the config's model, else default)")
+	root.RegisterFlagCompletionFunc("model", completeModels(o))
 	root.AddCommand(
-		newVersionCmd(),
+		newVersionCmd(o),
 		newControllerCmd(),
 		newSimCmd(o),
 		newDashboardCmd(o),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,14 +82,16 @@ func capacityText(c int) string {
 func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
 	var (
-		available bool
-		capacity  string
+		available, add bool
+		capacity       string
 	)
 	cmd := &cobra.Command{
-		Use:   "set-zone NAME [--available=BOOL] [--capacity CORES]",
-		Short: "Change a sim zone (or add it)",
+		Use:   "set-zone NAME [--available=BOOL] [--capacity CORES] [--add]",
+		Short: "Change a sim zone (or add it, with --add)",
 		Long: `Change a sim zone's availability or capacity in cores (a number, or
-"unlimited"); a zone that does not exist is added.`,
+"unlimited"); with --add a zone that does not exist is added.`,
+		Example: `  muster sim set-zone b --available=false
+  muster sim set-zone d --add --capacity 16`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := muster.CheckName(args[0]); err != nil {
@@ -116,6 +117,11 @@ func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !add {
+				if err := checkSimZone(ctx, sc, args[0], "; --add adds it"); err != nil {
+					return err
+				}
+			}
 			z, err := sc.SetZone(ctx, args[0], u)
 			if err != nil {
 				return err
@@ -125,8 +131,32 @@ func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&available, "available", true, "whether the zone is available")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity in cores, or unlimited")
+	cmd.Flags().BoolVar(&add, "add", false, "add the zone if it does not exist")
 	t.addFlag(cmd)
 	return cmd
+}
+
+// setIf points *dst at v when the flag was given.
+func setIf[T any](fl interface{ Changed(string) bool }, name string, dst **T, v *T) {
+	if fl.Changed(name) {
+		*dst = v
+	}
+}
+
+// checkSimZone refuses a zone the sim does not have, naming those it has.
+func checkSimZone(ctx context.Context, sc *sim.Client, zone, hint string) error {
+	zs, err := sc.Zones(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, z := range zs {
+		if z.Name == zone {
+			return nil
+		}
+		names = append(names, z.Name)
+	}
+	return muster.Errorf(muster.ENotFound, "sim has no zone %q (zones: %s)%s", zone, strings.Join(names, ", "), hint)
 }
 
 // parseRate parses BURST/PER_S, e.g. 10/50.
@@ -175,33 +205,19 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
 			edit := sim.FaultEdit{Clear: clear, Zone: zone}
-			if fl.Changed("start-error-rate") {
-				edit.StartErrorRate = &errRate
-			}
-			if fl.Changed("fail-next") {
-				edit.FailNext = &failNext
-			}
-			if fl.Changed("latency") {
-				edit.Latency = &latency
-			}
+			setIf(fl, "start-error-rate", &edit.StartErrorRate, &errRate)
+			setIf(fl, "fail-next", &edit.FailNext, &failNext)
+			setIf(fl, "latency", &edit.Latency, &latency)
+			setIf(fl, "listing-lag", &edit.ListingLag, &listingLag)
+			setIf(fl, "reply-delay", &edit.ReplyDelay, &replyDelay)
+			setIf(fl, "lose-replies", &edit.LoseReplies, &loseReplies)
+			setIf(fl, "quota-vcpus", &edit.QuotaVCPUs, &quotaVCPUs)
 			if fl.Changed("rate-limit") {
 				bucket, err := parseRate(rate)
 				if err != nil {
 					return err
 				}
 				edit.RateLimit = &bucket
-			}
-			if fl.Changed("listing-lag") {
-				edit.ListingLag = &listingLag
-			}
-			if fl.Changed("reply-delay") {
-				edit.ReplyDelay = &replyDelay
-			}
-			if fl.Changed("lose-replies") {
-				edit.LoseReplies = &loseReplies
-			}
-			if fl.Changed("quota-vcpus") {
-				edit.QuotaVCPUs = &quotaVCPUs
 			}
 			if err := edit.Check(); err != nil {
 				return usageErrorf("%s", muster.ErrorMessage(err))
@@ -213,12 +229,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 			}
 			if zone != "" {
 				// Refuse an unknown zone before changing anything.
-				zs, err := sc.Zones(ctx)
-				if err != nil {
+				if err := checkSimZone(ctx, sc, zone, ""); err != nil {
 					return err
-				}
-				if !slices.ContainsFunc(zs, func(z sim.ZoneState) bool { return z.Name == zone }) {
-					return muster.Errorf(muster.ENotFound, "sim has no zone %q", zone)
 				}
 			}
 			if edit.ChangesFaults() {
@@ -278,7 +290,7 @@ func toSimInstanceJSON(i sim.Instance) simInstanceJSON {
 	return simInstanceJSON{
 		ID: i.ID, Zone: i.Zone, State: i.State, Model: i.Model(), Controller: i.Controller(),
 		Machine: i.Tags[muster.TagMachine], LaunchToken: i.Tags[muster.TagLaunchToken],
-		Created: i.Created.UTC().Format(time.RFC3339Nano),
+		Created: i.Created.UTC().Format(time.RFC3339),
 	}
 }
 
@@ -306,6 +318,11 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 			for _, i := range is {
 				out = append(out, toSimInstanceJSON(i))
 			}
+			if t.endpoint == "" {
+				if err := hideReleased(ctx, o, out); err != nil {
+					return err
+				}
+			}
 			if format == "json" {
 				return printJSON(cmd.OutOrStdout(), out)
 			}
@@ -319,6 +336,30 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
 	t.addFlag(cmd)
 	return cmd
+}
+
+// hideReleased clears the machine of the model's instances that their
+// machine no longer records: the tag stays on an instance released by
+// remove-machine --keep-instance, but it is nobody's machine any more.
+func hideReleased(ctx context.Context, o *globalOptions, is []simInstanceJSON) error {
+	c, model, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := c.Model(ctx, model)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status(ctx, model)
+	if err != nil {
+		return err
+	}
+	for i, inst := range is {
+		if inst.Model == m.UUID && inst.Machine != "" && st.Machines[inst.Machine].InstanceID != inst.ID {
+			is[i].Machine = ""
+		}
+	}
+	return nil
 }
 
 // shortUUID abbreviates a uuid for tables.

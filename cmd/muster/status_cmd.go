@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,71 +18,11 @@ import (
 )
 
 // writeStatus prints st in format (table, json or yaml).
-func writeStatus(w io.Writer, st api.Status, format string) error {
-	switch format {
-	case "json":
-		return printJSON(w, st.Script())
-	case "yaml":
-		return printYAML(w, st.Script())
+func writeStatus(w io.Writer, st api.Status, format string, wide bool) error {
+	if format == "table" {
+		return api.WriteStatusTable(w, st, wide)
 	}
-	return writeStatusTable(w, st)
-}
-
-// writeStatusTable prints the model, its zones and its machines as tables.
-func writeStatusTable(w io.Writer, st api.Status) error {
-	tw := newTabWriter(w)
-	fmt.Fprintln(tw, "Model\tProvider\tHarvest\tMachines")
-	writeRow(tw, st.Model, st.Provider, st.HarvestMode, strconv.Itoa(len(st.Machines)))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if st.ProvisionerError != "" {
-		fmt.Fprintf(w, "provisioner: %s\n", muster.Printable(st.ProvisionerError))
-	}
-	if len(st.Zones) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "Zone\tAvailable\tMachines")
-		for _, name := range sortedKeys(st.Zones) {
-			z := st.Zones[name]
-			writeRow(tw, name, yesNo(z.Available), strconv.Itoa(z.Machines))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if len(st.Machines) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "Machine\tLife\tStatus\tInstance\tInst-status\tZone\tGroup\tBase\tConstraints\tAddress\tMessage")
-	for _, id := range sortedIDs(st.Machines) {
-		m := st.Machines[id]
-		addr := ""
-		if len(m.Addresses) > 0 {
-			addr = m.Addresses[0]
-		}
-		msg := m.InstanceMessage
-		if m.StatusMessage != "" {
-			msg = m.StatusMessage
-		}
-		writeRow(tw, id, m.Life, dash(m.Status), dash(m.InstanceID),
-			dash(m.InstanceStatus), dash(m.Zone), dash(m.Group), m.Base, dash(m.Constraints), dash(addr), msg)
-	}
-	return tw.Flush()
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
+	return api.WriteAs(w, format, st.Script(), nil, nil)
 }
 
 // isTerminal says whether w is a terminal.
@@ -92,19 +33,23 @@ func isTerminal(w io.Writer) bool {
 
 func newStatusCmd(o *globalOptions) *cobra.Command {
 	var (
-		format string
-		watch  bool
+		format      string
+		watch, wide bool
 	)
 	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "Show the model's machines and zones",
-		Long: `Show the model's machines and zones.
+		Use:   "status [ID...]",
+		Short: "Show the model's machines and zones, or only the machines given",
+		Long: `Show the model's machines and zones, or only the machines given.
 
 --format json gives every key of every machine, always present; --watch
-prints the status again on every change until interrupted.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format, "table", "json", "yaml"); err != nil {
+prints the status again on every change until interrupted; long instance
+ids and messages are cut short unless --wide.`,
+		Example: `  muster status
+  muster status -o json 0 1
+  muster status -m staging --watch`,
+		ValidArgsFunction: completeMachineIDs(o),
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			if err := checkMachineIDs(ids); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -112,24 +57,48 @@ prints the status again on every change until interrupted.`,
 			if err != nil {
 				return err
 			}
+			read := func() (api.Status, error) { return machinesStatus(ctx, c, model, ids) }
 			if !watch {
-				st, err := c.Status(ctx, model)
+				st, err := read()
 				if err != nil {
 					return err
 				}
-				return writeStatus(cmd.OutOrStdout(), st, format)
+				return writeStatus(cmd.OutOrStdout(), st, format, wide)
 			}
-			return watchStatus(ctx, c, model, cmd.OutOrStdout(), format)
+			return watchStatus(ctx, c, model, read, cmd.OutOrStdout(), format, wide)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "table", "output format: table, json or yaml")
+	formatFlag(cmd, &format, api.Formats...)
 	cmd.Flags().BoolVar(&watch, "watch", false, "print the status again on every change, until interrupted")
+	cmd.Flags().BoolVar(&wide, "wide", false, "show ids and messages in full")
 	return cmd
+}
+
+// machinesStatus is the model's status, or only that of ids (as juju
+// status 5), refusing ids the model does not have.
+func machinesStatus(ctx context.Context, c *api.Client, model string, ids []string) (api.Status, error) {
+	if len(ids) == 0 {
+		return c.Status(ctx, model)
+	}
+	st, err := c.MachinesStatus(ctx, model, ids)
+	if err != nil {
+		return st, err
+	}
+	var missing []string
+	for _, id := range ids {
+		if _, ok := st.Machines[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return st, muster.Errorf(muster.ENotFound, "no machine %s in model %q", strings.Join(missing, ", "), model)
+	}
+	return st, nil
 }
 
 // watchStatus redraws the status on every change notification until ctx
 // ends: in place on a terminal, one after another otherwise.
-func watchStatus(ctx context.Context, c *api.Client, model string, w io.Writer, format string) error {
+func watchStatus(ctx context.Context, c *api.Client, model string, read func() (api.Status, error), w io.Writer, format string, wide bool) error {
 	changes, err := c.WatchChanges(ctx, model)
 	if err != nil {
 		return err
@@ -137,7 +106,7 @@ func watchStatus(ctx context.Context, c *api.Client, model string, w io.Writer, 
 	tty := isTerminal(w)
 	var last []byte
 	for {
-		st, err := c.Status(ctx, model)
+		st, err := read()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -145,7 +114,7 @@ func watchStatus(ctx context.Context, c *api.Client, model string, w io.Writer, 
 			return err
 		}
 		var buf bytes.Buffer
-		if err := writeStatus(&buf, st, format); err != nil {
+		if err := writeStatus(&buf, st, format, wide); err != nil {
 			return err
 		}
 		if !bytes.Equal(buf.Bytes(), last) {
@@ -172,7 +141,8 @@ func watchStatus(ctx context.Context, c *api.Client, model string, w io.Writer, 
 }
 
 func newZonesCmd(o *globalOptions) *cobra.Command {
-	return &cobra.Command{
+	var format string
+	cmd := &cobra.Command{
 		Use:   "zones",
 		Short: "List the model's zones with availability and machine counts",
 		Args:  cobra.NoArgs,
@@ -190,20 +160,24 @@ func newZonesCmd(o *globalOptions) *cobra.Command {
 			for _, z := range zs {
 				rows = append(rows, []string{z.Name, yesNo(z.Available), strconv.Itoa(z.Machines)})
 			}
-			return printTable(cmd.OutOrStdout(), []string{"Zone", "Available", "Machines"}, rows)
+			return api.WriteAs(cmd.OutOrStdout(), format, zs, []string{"Zone", "Available", "Machines"}, rows)
 		},
 	}
+	formatFlag(cmd, &format, api.Formats...)
+	return cmd
 }
 
 func newEventsCmd(o *globalOptions) *cobra.Command {
 	var (
-		machine string
-		follow  bool
+		machine, format string
+		follow, wide    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Show the model's event log; --follow waits for more",
-		Args:  cobra.NoArgs,
+		Example: `  muster events --machine 3
+  muster events --follow -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if machine != "" {
 				if err := checkMachineIDs([]string{machine}); err != nil {
@@ -221,18 +195,27 @@ func newEventsCmd(o *globalOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				for _, e := range es {
-					writeEvent(w, e)
+				if len(es) == 0 && machine != "" {
+					// No events: is there such a machine (as show-machine)?
+					if _, err := c.Machine(ctx, model, machine); err != nil {
+						return err
+					}
 				}
-				return nil
+				header, rows := api.EventsTable(es, wide)
+				return api.WriteAs(w, format, es, header, rows)
 			}
 			s, err := c.FollowEvents(ctx, model, api.FollowOptions{Machine: machine, Reconnect: true})
 			if err != nil {
 				return err
 			}
 			for msg := range s.C() {
-				if msg.Event != nil {
-					writeEvent(w, *msg.Event)
+				if msg.Event == nil {
+					continue
+				}
+				if format == "table" {
+					fmt.Fprintln(w, api.EventLine(*msg.Event, wide))
+				} else if err := printJSONLine(w, msg.Event); err != nil {
+					return err
 				}
 			}
 			if ctx.Err() != nil {
@@ -242,18 +225,12 @@ func newEventsCmd(o *globalOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&machine, "machine", "", "only this machine's events")
-	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new events until interrupted")
+	cmd.RegisterFlagCompletionFunc("machine", completeMachineIDs(o))
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new events until interrupted (json: one object a line)")
+	cmd.Flags().BoolVar(&wide, "wide", false, "show messages in full")
+	formatFlag(cmd, &format, "table", "json")
 	return cmd
 }
 
-// writeEvent prints one event on a line.
-func writeEvent(w io.Writer, e api.EventInfo) {
-	m := e.Machine
-	if m == "" {
-		m = "-"
-	} else {
-		m = "machine-" + m
-	}
-	fmt.Fprintf(w, "%s  %-6d %-10s %-20s %-10s %s\n", e.Time.UTC().Format(time.RFC3339), e.Seq, muster.Printable(m),
-		muster.Printable(e.Kind), muster.Printable(e.Actor), muster.Printable(strings.TrimSpace(e.Message)))
-}
+// printJSONLine writes v as JSON on one line.
+func printJSONLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
