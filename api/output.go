@@ -242,3 +242,38 @@ func (d MachineDetail) Shown() any {
 		Events  []EventInfo  `json:"events"`
 	}{m, d.Events}
 }
+
+// ModelsTable is the table of models, current marked with a *.
+func ModelsTable(ms []ModelInfo, current string) ([]string, [][]string) {
+	var rows [][]string
+	for _, m := range ms {
+		name := m.Name
+		if m.Name == current || m.UUID == current {
+			name += "*"
+		}
+		var cfg []string
+		for _, k := range sortedKeys(m.Config) {
+			cfg = append(cfg, k+"="+m.Config[k])
+		}
+		rows = append(rows, []string{name, m.Provider, Dash(strings.Join(cfg, " ")), m.UUID})
+	}
+	return []string{"Model", "Provider", "Config", "UUID"}, rows
+}
+
+// SettingsTable is the table of a model's settings: the known keys in
+// their order, then any others.
+func SettingsTable(cfg map[string]string) ([]string, [][]string) {
+	var keys []string
+	for _, k := range muster.SettingKeys {
+		keys = append(keys, k.Name)
+	}
+	var rows [][]string
+	shown := map[string]bool{}
+	for _, k := range append(keys, sortedKeys(cfg)...) {
+		if v, ok := cfg[k]; ok && !shown[k] {
+			shown[k] = true
+			rows = append(rows, []string{k, v})
+		}
+	}
+	return []string{"Key", "Value"}, rows
+}

@@ -87,11 +87,11 @@ func applyFleet(ctx context.Context, c *api.Client, model string, req api.ApplyR
 	if dryRun || !wait {
 		return nil
 	}
-	failures, err := waitFor(ctx, c, model, applyGoals(res), progressW, "applying", false)
+	failures, err := waitFor(ctx, c, model, applyGoals(res), progressW, "applying")
 	if err != nil {
 		return err
 	}
-	return failureError(failures, 0)
+	return failureError(failures)
 }
 
 func newApplyCmd(o *globalOptions) *cobra.Command {

@@ -4,19 +4,21 @@ import (
 	"context"
 	"time"
 
+	"github.com/musterhq/muster/api"
 	"github.com/spf13/cobra"
 )
 
-// Dynamic completion: what the controller knows (models, machine ids),
-// asked for with a short deadline; nothing is offered when it does not
-// answer in time.
-type completeFunc = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective)
-
-func completeFrom(o *globalOptions, list func(ctx context.Context, o *globalOptions) ([]string, error)) completeFunc {
+// completeFrom is dynamic completion with what the controller knows,
+// asked with a short deadline; nothing is offered when it does not answer.
+func completeFrom(o *globalOptions, list func(ctx context.Context, c *api.Client, model string) ([]string, error)) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
 		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 		defer cancel()
-		names, err := list(ctx, o)
+		c, model, err := o.connect(ctx)
+		var names []string
+		if err == nil {
+			names, err = list(ctx, c, model)
+		}
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
 		}
@@ -25,14 +27,9 @@ func completeFrom(o *globalOptions, list func(ctx context.Context, o *globalOpti
 }
 
 // completeModels offers the controller's model names.
-func completeModels(o *globalOptions) completeFunc {
-	return completeFrom(o, func(ctx context.Context, o *globalOptions) ([]string, error) {
-		c, _, err := o.connect(ctx)
-		if err != nil {
-			return nil, err
-		}
+func completeModels(o *globalOptions) cobra.CompletionFunc {
+	return completeFrom(o, func(ctx context.Context, c *api.Client, _ string) (names []string, err error) {
 		ms, err := c.Models(ctx)
-		var names []string
 		for _, m := range ms {
 			names = append(names, m.Name)
 		}
@@ -41,12 +38,8 @@ func completeModels(o *globalOptions) completeFunc {
 }
 
 // completeMachineIDs offers the ids of the model's machines.
-func completeMachineIDs(o *globalOptions) completeFunc {
-	return completeFrom(o, func(ctx context.Context, o *globalOptions) ([]string, error) {
-		c, model, err := o.connect(ctx)
-		if err != nil {
-			return nil, err
-		}
+func completeMachineIDs(o *globalOptions) cobra.CompletionFunc {
+	return completeFrom(o, func(ctx context.Context, c *api.Client, model string) ([]string, error) {
 		st, err := c.Status(ctx, model)
 		return sortedIDs(st.Machines), err
 	})

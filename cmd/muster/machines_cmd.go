@@ -72,11 +72,11 @@ machines provisioning.`,
 			for _, id := range ids {
 				goals[id] = goal
 			}
-			failures, err := waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "provisioning", true)
+			failures, err := c.WaitShowing(ctx, model, goals, cmd.ErrOrStderr(), "provisioning", true)
 			if err != nil {
 				return err
 			}
-			return failureError(failures, len(ids))
+			return api.FailureError(failures, len(ids))
 		},
 	}
 	f := cmd.Flags()
@@ -123,7 +123,7 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 			for _, id := range ids {
 				goals[id] = api.Removed
 			}
-			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing", false)
+			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing")
 			return err
 		},
 	}

@@ -64,10 +64,22 @@ func exitCode(err error) int {
 // userError is err as one printable line.
 func userError(err error) string { return printableError(oneLine(errorText(err))) }
 
+// withoutClientFlags hides the client's global flags from the help of c
+// and its subcommands.
+func withoutClientFlags(c *cobra.Command) *cobra.Command {
+	c.SetHelpFunc(func(c *cobra.Command, args []string) {
+		for _, n := range []string{"config", "model"} {
+			c.Root().PersistentFlags().Lookup(n).Hidden = true
+		}
+		c.Root().HelpFunc()(c, args)
+	})
+	return c
+}
+
 // errorText is the text of an error for users: refusals name their code
 // ("unauthorized: invalid token") so that scripts and people see why.
 func errorText(err error) string {
-	msg := err.Error()
+	msg := suggestion(err.Error())
 	var me *muster.Error
 	if errors.As(err, &me) {
 		switch me.Code {
@@ -123,15 +135,12 @@ on a model (-m, else $MUSTER_MODEL, else the one 'muster switch' chose).`,
 	pf.StringVar(&o.config, "config", "", "client config file (default $MUSTER_CONFIG, else ~/.config/muster/client.yaml)")
 	pf.StringVarP(&o.model, "model", "m", "", "model to act on (default $MUSTER_MODEL, else the config's model, else default)")
 	root.RegisterFlagCompletionFunc("model", completeModels(o))
-	root.AddCommand(
-		newVersionCmd(o),
-		newControllerCmd(),
-		newSimCmd(o),
-		newDashboardCmd(o),
-		newAgentCmd(),
-		newAgentBinariesCmd(),
-		newLXDCmd(),
-	)
+	root.AddCommand(newVersionCmd(o), newSimCmd(o), newDashboardCmd(o))
+	// Commands that do not talk to a controller: --config and -m are not
+	// theirs, and their help does not list them.
+	for _, c := range []*cobra.Command{newControllerCmd(), newAgentCmd(), newAgentBinariesCmd(), newLXDCmd()} {
+		root.AddCommand(withoutClientFlags(c))
+	}
 	addClientCmds(root, o)
 	return root
 }

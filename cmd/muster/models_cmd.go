@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -107,19 +105,8 @@ func newModelsCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, m := range ms {
-				name := m.Name
-				if m.Name == current || m.UUID == current {
-					name += "*"
-				}
-				var cfg []string
-				for _, k := range sortedKeys(m.Config) {
-					cfg = append(cfg, k+"="+m.Config[k])
-				}
-				rows = append(rows, []string{name, m.Provider, dash(strings.Join(cfg, " ")), m.UUID})
-			}
-			return api.WriteAs(cmd.OutOrStdout(), format, ms, []string{"Model", "Provider", "Config", "UUID"}, rows)
+			header, rows := api.ModelsTable(ms, current)
+			return api.WriteAs(cmd.OutOrStdout(), format, ms, header, rows)
 		},
 	}
 	formatFlag(cmd, &format, api.Formats...)
@@ -153,7 +140,7 @@ model removed once they are gone; it asks first unless --yes.`,
 			if !yes && !confirm(cmd, fmt.Sprintf("Remove model %s and every machine in it", args[0])) {
 				return fmt.Errorf("not removed: not confirmed (--yes confirms)")
 			}
-			return removeModelForce(ctx, c, args[0], keep, cmd.ErrOrStderr())
+			return c.RemoveModelForce(ctx, args[0], keep, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "remove the model's machines first")
@@ -168,27 +155,6 @@ func confirm(cmd *cobra.Command, question string) bool {
 	answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 	answer = strings.ToLower(strings.TrimSpace(answer))
 	return answer == "y" || answer == "yes"
-}
-
-// removeModelForce removes a model's machines (dead at once), waits for
-// them to go, and removes the model.
-func removeModelForce(ctx context.Context, c *api.Client, model string, keep bool, w io.Writer) error {
-	ids, err := c.RemoveMachinesIDs(ctx, model, api.RemoveMachinesRequest{All: true, Force: true, KeepInstance: keep})
-	if err != nil {
-		return err
-	}
-	goals := map[string]api.Goal{}
-	for _, id := range ids {
-		goals[id] = api.Removed
-	}
-	if _, err := waitFor(ctx, c, model, goals, w, "removing machines", false); err != nil {
-		return err
-	}
-	if err := c.RemoveModel(ctx, model); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "removed model %s and its %d machines\n", model, len(ids))
-	return nil
 }
 
 func newSwitchCmd(o *globalOptions) *cobra.Command {
@@ -297,16 +263,8 @@ Keys: ` + strings.Join(settingKeyNames(), ", ") + `.`,
 				fmt.Fprintln(w, v)
 				return nil
 			}
-			// Known keys in display order, then any others.
-			var rows [][]string
-			shown := map[string]bool{}
-			for _, k := range append(settingKeyNames(), sortedKeys(cfg)...) {
-				if v, ok := cfg[k]; ok && !shown[k] {
-					shown[k] = true
-					rows = append(rows, []string{k, v})
-				}
-			}
-			return api.WriteAs(w, format, cfg, []string{"Key", "Value"}, rows)
+			header, rows := api.SettingsTable(cfg)
+			return api.WriteAs(w, format, cfg, header, rows)
 		},
 	}
 	formatFlag(cmd, &format, api.Formats...)

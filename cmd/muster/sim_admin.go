@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/sim"
 	"github.com/spf13/cobra"
 )
@@ -273,26 +274,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// simInstanceJSON is one entry of `muster sim instances --format json`,
-// exactly as SPEC §5.2 has it.
-type simInstanceJSON struct {
-	ID          string `json:"id"`
-	Zone        string `json:"zone"`
-	State       string `json:"state"`
-	Model       string `json:"model"`
-	Controller  string `json:"controller"`
-	Machine     string `json:"machine"`
-	LaunchToken string `json:"launch-token"`
-	Created     string `json:"created"`
-}
-
-func toSimInstanceJSON(i sim.Instance) simInstanceJSON {
-	return simInstanceJSON{
-		ID: i.ID, Zone: i.Zone, State: i.State, Model: i.Model(), Controller: i.Controller(),
-		Machine: i.Tags[muster.TagMachine], LaunchToken: i.Tags[muster.TagLaunchToken],
-		Created: i.Created.UTC().Format(time.RFC3339),
-	}
-}
+// simInstanceJSON is one entry of `muster sim instances --format json`.
+type simInstanceJSON = sim.Listed
 
 func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
@@ -302,9 +285,6 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 		Short: "List every instance of the sim",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format, "table", "json"); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			sc, err := t.client(ctx)
 			if err != nil {
@@ -316,24 +296,21 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 			}
 			out := make([]simInstanceJSON, 0, len(is))
 			for _, i := range is {
-				out = append(out, toSimInstanceJSON(i))
+				out = append(out, i.Listing())
 			}
 			if t.endpoint == "" {
 				if err := hideReleased(ctx, o, out); err != nil {
 					return err
 				}
 			}
-			if format == "json" {
-				return printJSON(cmd.OutOrStdout(), out)
-			}
 			var rows [][]string
 			for _, i := range out {
 				rows = append(rows, []string{i.ID, i.Zone, i.State, dash(i.Machine), shortUUID(i.Model), shortUUID(i.Controller), i.Created})
 			}
-			return printTable(cmd.OutOrStdout(), []string{"Instance", "Zone", "State", "Machine", "Model", "Controller", "Created"}, rows)
+			return api.WriteAs(cmd.OutOrStdout(), format, out, []string{"Instance", "Zone", "State", "Machine", "Model", "Controller", "Created"}, rows)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	formatFlag(cmd, &format, api.Formats...)
 	t.addFlag(cmd)
 	return cmd
 }

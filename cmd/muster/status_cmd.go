@@ -1,20 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
-	"strings"
-	"time"
 
-	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 // writeStatus prints st in format (table, json or yaml).
@@ -23,12 +16,6 @@ func writeStatus(w io.Writer, st api.Status, format string, wide bool) error {
 		return api.WriteStatusTable(w, st, wide)
 	}
 	return api.WriteAs(w, format, st.Script(), nil, nil)
-}
-
-// isTerminal says whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func newStatusCmd(o *globalOptions) *cobra.Command {
@@ -57,87 +44,21 @@ ids and messages are cut short unless --wide.`,
 			if err != nil {
 				return err
 			}
-			read := func() (api.Status, error) { return machinesStatus(ctx, c, model, ids) }
+			write := func(w io.Writer, st api.Status) error { return writeStatus(w, st, format, wide) }
 			if !watch {
-				st, err := read()
+				st, err := c.StatusOf(ctx, model, ids)
 				if err != nil {
 					return err
 				}
-				return writeStatus(cmd.OutOrStdout(), st, format, wide)
+				return write(cmd.OutOrStdout(), st)
 			}
-			return watchStatus(ctx, c, model, read, cmd.OutOrStdout(), format, wide)
+			return c.WatchStatus(ctx, model, ids, cmd.OutOrStdout(), format == "table", write)
 		},
 	}
 	formatFlag(cmd, &format, api.Formats...)
 	cmd.Flags().BoolVar(&watch, "watch", false, "print the status again on every change, until interrupted")
 	cmd.Flags().BoolVar(&wide, "wide", false, "show ids and messages in full")
 	return cmd
-}
-
-// machinesStatus is the model's status, or only that of ids (as juju
-// status 5), refusing ids the model does not have.
-func machinesStatus(ctx context.Context, c *api.Client, model string, ids []string) (api.Status, error) {
-	if len(ids) == 0 {
-		return c.Status(ctx, model)
-	}
-	st, err := c.MachinesStatus(ctx, model, ids)
-	if err != nil {
-		return st, err
-	}
-	var missing []string
-	for _, id := range ids {
-		if _, ok := st.Machines[id]; !ok {
-			missing = append(missing, id)
-		}
-	}
-	if len(missing) > 0 {
-		return st, muster.Errorf(muster.ENotFound, "no machine %s in model %q", strings.Join(missing, ", "), model)
-	}
-	return st, nil
-}
-
-// watchStatus redraws the status on every change notification until ctx
-// ends: in place on a terminal, one after another otherwise.
-func watchStatus(ctx context.Context, c *api.Client, model string, read func() (api.Status, error), w io.Writer, format string, wide bool) error {
-	changes, err := c.WatchChanges(ctx, model)
-	if err != nil {
-		return err
-	}
-	tty := isTerminal(w)
-	var last []byte
-	for {
-		st, err := read()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		var buf bytes.Buffer
-		if err := writeStatus(&buf, st, format, wide); err != nil {
-			return err
-		}
-		if !bytes.Equal(buf.Bytes(), last) {
-			last = buf.Bytes()
-			if tty {
-				fmt.Fprint(w, "\033[H\033[2J")
-				fmt.Fprintf(w, "%s  (every change; Ctrl-C to stop)\n\n", time.Now().Format(time.TimeOnly))
-			} else if format == "table" {
-				fmt.Fprintf(w, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
-			}
-			w.Write(buf.Bytes())
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(api.MinRefresh):
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changes:
-		}
-	}
 }
 
 func newZonesCmd(o *globalOptions) *cobra.Command {
