@@ -138,8 +138,8 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 func newRetryProvisioningCmd(o *globalOptions) *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "retry-provisioning ID... | --all",
-		Short: "Try machines in provisioning error again",
+		Use:               "retry-provisioning ID... | --all",
+		Short:             "Try machines in provisioning error again",
 		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {

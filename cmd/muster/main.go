@@ -116,8 +116,8 @@ func oneLine(s string) string {
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "muster",
-		Short:         "muster keeps cloud instances in step with the machines you declare",
+		Use:   "muster",
+		Short: "muster keeps cloud instances in step with the machines you declare",
 		Long: `muster keeps cloud instances in step with the machines you declare.
 
 Start with 'muster demo', or 'muster controller' and then 'muster add-machine'.
