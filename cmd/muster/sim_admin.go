@@ -43,6 +43,7 @@ func (t *simTarget) client(ctx context.Context) (*sim.Client, error) {
 
 func newSimZonesCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
+	var format string
 	cmd := &cobra.Command{
 		Use:   "zones",
 		Short: "List the sim's zones with capacity and use",
@@ -57,20 +58,21 @@ func newSimZonesCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return writeSimZones(cmd.OutOrStdout(), zs)
+			return writeSimZones(cmd.OutOrStdout(), zs, format)
 		},
 	}
+	formatFlag(cmd, &format, api.Formats...)
 	t.addFlag(cmd)
 	return cmd
 }
 
-func writeSimZones(w io.Writer, zs []sim.ZoneState) error {
+func writeSimZones(w io.Writer, zs []sim.ZoneState, format string) error {
 	var rows [][]string
 	for _, z := range zs {
 		rows = append(rows, []string{z.Name, yesNo(z.Available), capacityText(z.Capacity), strconv.Itoa(z.Used),
 			strconv.Itoa(z.Instances), strconv.Itoa(z.FailNext), strconv.FormatFloat(z.ErrorRate, 'g', -1, 64)})
 	}
-	return printTable(w, []string{"Zone", "Available", "Capacity", "Used", "Instances", "Fail-next", "Error-rate"}, rows)
+	return api.WriteAs(w, format, zs, []string{"Zone", "Available", "Capacity", "Used", "Instances", "Fail-next", "Error-rate"}, rows)
 }
 
 func capacityText(c int) string {
@@ -127,7 +129,7 @@ func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return writeSimZones(cmd.OutOrStdout(), []sim.ZoneState{z})
+			return writeSimZones(cmd.OutOrStdout(), []sim.ZoneState{z}, "table")
 		},
 	}
 	cmd.Flags().BoolVar(&available, "available", true, "whether the zone is available")
