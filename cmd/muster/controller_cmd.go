@@ -64,7 +64,7 @@ func newControllerCmd() *cobra.Command {
 			ctx := cmd.Context()
 			c, err := controller.Open(ctx, cfg)
 			if err != nil {
-				return fmt.Errorf("%s", err) // exit 1: not a usage error, whatever its code
+				return err
 			}
 			if c.ClientConfigWritten() {
 				fmt.Fprintf(cmd.OutOrStdout(), "controller listening on %s\nclient config: %s\n", c.URL(), c.ClientConfigPath())

@@ -436,7 +436,10 @@ func sortStrings(s ...string) []string {
 func TestE2EStatusJSONKeys(t *testing.T) {
 	tc := startController(t, "")
 	tc.ok("add-machine", "--group", "web", "--constraints", "cores=2", "--wait")
-	tc.ok("add-machine", "--constraints", "arch=s390x") // the sim has no s390x: provisioning error, keys still all there
+	// Over the vCPU quota: provisioning error, keys still all there.
+	tc.ok("model-config", "retry-count=0")
+	tc.ok("sim", "faults", "--quota-vcpus", "2")
+	tc.ok("add-machine", "--constraints", "cores=2")
 	out := tc.ok("status", "--format", "json")
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &top); err != nil {
@@ -706,7 +709,7 @@ func TestE2EShowMachineEventsAndRetry(t *testing.T) {
 
 func TestE2ESimCommands(t *testing.T) {
 	tc := startController(t, "")
-	out := tc.ok("sim", "set-zone", "d", "--capacity", "8")
+	out := tc.ok("sim", "set-zone", "d", "--add", "--capacity", "8")
 	if !strings.Contains(out, "d") || !strings.Contains(out, "8") {
 		t.Errorf("set-zone printed:\n%s", out)
 	}

@@ -42,31 +42,44 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
 	fmt.Fprintf(stderr, "error: %s\n", userError(err))
-	return exitCode(err)
+	return exitCode(err, isClientCmd(cmd))
 }
 
-// exitCode is 2 for every usage error: a bad command line and any input
-// refused as invalid, whether the CLI or the controller found it (like
-// cobra's own flag errors); 1 for everything else.
-func exitCode(err error) int {
+// exitCode is 2 for every usage error: a bad command line and, for client
+// commands, any input refused as invalid, whether the CLI or the
+// controller found it; 1 for everything else (a controller's, an agent's
+// bad file or store is not how it was called).
+func exitCode(err error, client bool) int {
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsageError(err) || muster.ErrorCode(err) == muster.EInvalid {
+	if errors.As(err, &ue) || isCobraUsageError(err) || (client && muster.ErrorCode(err) == muster.EInvalid) {
 		return 2
 	}
 	return 1
 }
 
+// isClientCmd says whether cmd talks to a controller (see
+// withoutClientFlags).
+func isClientCmd(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Annotations["local"] != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // userError is err as one printable line.
 func userError(err error) string { return printableError(oneLine(errorText(err))) }
 
-// withoutClientFlags hides the client's global flags from the help of c
-// and its subcommands.
+// withoutClientFlags marks c (and its subcommands) as not talking to a
+// controller, and hides the client's global flags from their help.
 func withoutClientFlags(c *cobra.Command) *cobra.Command {
+	c.Annotations = map[string]string{"local": "no client config or model"}
 	c.SetHelpFunc(func(c *cobra.Command, args []string) {
 		for _, n := range []string{"config", "model"} {
 			c.Root().PersistentFlags().Lookup(n).Hidden = true
