@@ -79,6 +79,10 @@ func TestE2EFirstHour(t *testing.T) {
 	if out := tc.ok("status", "1", "-o", "yaml"); !strings.Contains(out, "machines:\n  \"1\":") || strings.Contains(out, "\"0\":") {
 		t.Errorf("status 1 -o yaml:\n%s", out)
 	}
+	// show-machine gives hardware, volumes and attachments once.
+	if out := tc.ok("show-machine", "0"); strings.Count(out, "hardware:") != 1 || strings.Count(out, "volumes:") != 1 || !strings.Contains(out, "instance-id: i-") {
+		t.Errorf("show-machine 0:\n%s", out)
+	}
 	// Listings: tables with headers, and -o json.
 	for _, c := range []struct {
 		args []string
