@@ -99,3 +99,20 @@ func (c *Client) RemoveModelForce(ctx context.Context, model string, keep bool, 
 	fmt.Fprintf(w, "removed model %s and its %d machines\n", model, len(ids))
 	return nil
 }
+
+// InstanceOwners returns the model's uuid and, by instance id, the
+// machine that records each instance.
+func (c *Client) InstanceOwners(ctx context.Context, model string) (string, map[string]string, error) {
+	m, err := c.Model(ctx, model)
+	if err != nil {
+		return "", nil, err
+	}
+	st, err := c.Status(ctx, model)
+	owner := map[string]string{}
+	for id, ms := range st.Machines {
+		if ms.InstanceID != "" {
+			owner[ms.InstanceID] = id
+		}
+	}
+	return m.UUID, owner, err
+}

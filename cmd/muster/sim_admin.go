@@ -325,20 +325,13 @@ func hideReleased(ctx context.Context, o *globalOptions, is []simInstanceJSON) e
 	if err != nil {
 		return err
 	}
-	m, err := c.Model(ctx, model)
-	if err != nil {
-		return err
-	}
-	st, err := c.Status(ctx, model)
-	if err != nil {
-		return err
-	}
+	uuid, owner, err := c.InstanceOwners(ctx, model)
 	for i, inst := range is {
-		if inst.Model == m.UUID && inst.Machine != "" && st.Machines[inst.Machine].InstanceID != inst.ID {
+		if inst.Model == uuid && owner[inst.ID] != inst.Machine {
 			is[i].Machine = ""
 		}
 	}
-	return nil
+	return err
 }
 
 // shortUUID abbreviates a uuid for tables.
