@@ -24,7 +24,8 @@ With --wait it waits until every new machine has started (its instance
 running and its agent logged in), or with --wait=instances until their
 instances run, showing both phases on stderr; it fails as soon as a
 machine is in provisioning error, naming it. Interrupted, it leaves the
-machines provisioning.`,
+machines provisioning. Where no agent reports (sim-agents=false, an ec2
+model on a sim without agents) use --wait=instances.`,
 		Example: `  muster add-machine -n 3 --constraints "cores=2 mem=4GB" --wait
   muster add-machine --to zone=b --base ubuntu@22.04
   muster add-machine -m staging --group web --wait=instances`,
