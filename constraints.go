@@ -27,7 +27,7 @@ var Arches = []string{"amd64", "arm64", "ppc64el", "s390x", "riscv64"}
 var constraintKeys = []string{"arch", "cores", "mem", "root-disk", "instance-type", "zones", "spaces", "tags"}
 
 // ParseConstraints parses Juju's text form: space-separated key=value pairs,
-// sizes with M/G/T/P suffixes (M when none), lists comma-separated, "^name"
+// sizes with M/G/T/P units, also written MB or MiB (binary, M when none), lists comma-separated, "^name"
 // excluding a space or tag. An empty value leaves the key unset. Errors name
 // the offending key and value and have code EInvalid.
 func ParseConstraints(s string) (Constraints, error) {
@@ -164,23 +164,34 @@ var sizeUnits = []struct {
 // maxSizeMiB bounds sizes so that arithmetic on them cannot overflow.
 const maxSizeMiB = 1 << 40
 
-// ParseSize parses a size such as "512", "512M", "4G", "1.5T" into MiB,
-// rounding fractions up.
-func ParseSize(s string) (uint64, error) {
-	mult := uint64(1)
-	num := s
+// sizeError is ParseSize's refusal of s.
+func sizeError(s string) error {
+	return fmt.Errorf("invalid size %q (want a number with an optional unit M, MB, MiB, G, GB, GiB, T, TB, TiB, P, PB or PiB)", s)
+}
+
+// splitSize splits s into its number and the MiB its unit stands for. As
+// in Juju, every unit is binary: 4G, 4GB and 4GiB are all 4096 MiB.
+func splitSize(s string) (string, uint64) {
 	for _, u := range sizeUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			mult, num = u.mib, strings.TrimSuffix(s, u.suffix)
-			break
+		for _, form := range []string{u.suffix + "iB", u.suffix + "B", u.suffix} {
+			if num, ok := strings.CutSuffix(s, form); ok {
+				return num, u.mib
+			}
 		}
 	}
-	if num == "" || strings.ContainsAny(num, "+-eEnNiIxX_pP") {
-		return 0, fmt.Errorf("invalid size %q (want a number with an optional M, G, T or P suffix)", s)
+	return s, 1
+}
+
+// ParseSize parses a size such as "512", "512M", "4G", "4GB", "4GiB" or
+// "1.5T" into MiB, rounding fractions up.
+func ParseSize(s string) (uint64, error) {
+	num, mult := splitSize(s)
+	if num == "" || strings.ContainsAny(num, "+-eEnNiIxX_pPbB") {
+		return 0, sizeError(s)
 	}
 	f, err := strconv.ParseFloat(num, 64)
 	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("invalid size %q (want a number with an optional M, G, T or P suffix)", s)
+		return 0, sizeError(s)
 	}
 	v := math.Ceil(f * float64(mult))
 	if v > maxSizeMiB {

@@ -109,7 +109,8 @@ func TestConstraintHelpers(t *testing.T) {
 }
 
 func TestSizes(t *testing.T) {
-	for in, want := range map[string]uint64{"1": 1, "1M": 1, "2G": 2048, "0.5G": 512, "1P": 1 << 30} {
+	for in, want := range map[string]uint64{"1": 1, "1M": 1, "2G": 2048, "0.5G": 512, "1P": 1 << 30,
+		"4GB": 4096, "4GiB": 4096, "512MB": 512, "512MiB": 512, "1TB": 1 << 20, "1TiB": 1 << 20, "1PiB": 1 << 30, "1.5GiB": 1536} {
 		got, err := ParseSize(in)
 		if err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
@@ -120,13 +121,18 @@ func TestSizes(t *testing.T) {
 			t.Errorf("FormatSize(%d) = %q, want %q", in, got, want)
 		}
 	}
+	for _, in := range []string{"", "G", "GB", "4iB", "4B", "4Gi", "4GiBB", "4BG", "4gb", "-4G", "4 G"} {
+		if got, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+		}
+	}
 }
 
 // FuzzParseConstraints checks that the parser never panics, that whatever
 // it accepts formats to text it accepts again, and that format∘parse is
 // stable.
 func FuzzParseConstraints(f *testing.F) {
-	for _, s := range []string{"", "arch=amd64 cores=2 mem=4G", "zones=a,b spaces=db,^public", "mem=1.5T root-disk=0", "tags=^x,y instance-type=s1.small", "cores==", "=", "mem=1e9"} {
+	for _, s := range []string{"", "arch=amd64 cores=2 mem=4G", "zones=a,b spaces=db,^public", "mem=1.5T root-disk=0", "tags=^x,y instance-type=s1.small", "cores==", "=", "mem=1e9", "mem=4GB root-disk=1.5TiB", "mem=GiB"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -144,6 +150,26 @@ func FuzzParseConstraints(f *testing.F) {
 		}
 		if text2 := c2.String(); text2 != text {
 			t.Fatalf("format∘parse not stable: %q → %q → %q", s, text, text2)
+		}
+	})
+}
+
+// FuzzParseSize checks that sizes never panic and that whatever is
+// accepted is within bounds and formats to a size parsed back the same.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"1", "4G", "4GB", "4GiB", "1.5T", "MiB", "1e9", "0x10", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseSize(s)
+		if err != nil {
+			return
+		}
+		if v > maxSizeMiB {
+			t.Fatalf("ParseSize(%q) = %d, above the bound", s, v)
+		}
+		if back, err := ParseSize(FormatSize(v)); v > 0 && (err != nil || back != v) {
+			t.Fatalf("ParseSize(%q) = %d, but its format %q gives %d, %v", s, v, FormatSize(v), back, err)
 		}
 	})
 }

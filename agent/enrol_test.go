@@ -21,14 +21,15 @@ import (
 type certRuntime struct{ cert []byte }
 
 func (certRuntime) Zones(context.Context, string) ([]api.ZoneInfo, error) { return nil, nil }
-func (certRuntime) ProvisionerError(string) string                       { return "" }
-func (certRuntime) Monitors(string) bool                                 { return false }
-func (certRuntime) ValidateModel(muster.Model) error                     { return nil }
-func (certRuntime) ProviderHandler(string) http.Handler                  { return nil }
+func (certRuntime) ProvisionerError(string) string                        { return "" }
+func (certRuntime) Monitors(string) bool                                  { return false }
+func (certRuntime) ValidateModel(muster.Model) error                      { return nil }
+func (certRuntime) ProviderHandler(string) http.Handler                   { return nil }
 func (certRuntime) AgentBinary(string) (string, error) {
 	return "", muster.Errorf(muster.ENotFound, "none")
 }
 func (r certRuntime) IdentityCert(string) ([]byte, error) { return r.cert, nil }
+func (certRuntime) Offerings(string) muster.Offerings     { return muster.Offerings{} }
 
 // enrolSetup: a machine of a batch with token tok, whose instance is a
 // sim instance; the sim's metadata service is served over HTTP.

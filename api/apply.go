@@ -84,6 +84,11 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	templates := planDrift(plans, ts, ms, req.Replace)
+	for i, t := range ts {
+		if err := s.checkOffered(m, t); err != nil && plans[i].Add > 0 {
+			return muster.Errorf(muster.EInvalid, "group %q: %s", t.Group, muster.ErrorMessage(err))
+		}
+	}
 	res := ApplyResult{DryRun: req.DryRun, Groups: plans}
 	if req.DryRun {
 		writeJSON(w, http.StatusOK, res)

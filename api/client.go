@@ -218,7 +218,15 @@ func (c *Client) AddMachines(ctx context.Context, model string, req AddMachinesR
 // RemoveMachines marks machines dying, or dead with Force (POST
 // .../remove-machines). ENotFound if any id is unknown (nothing changes).
 func (c *Client) RemoveMachines(ctx context.Context, model string, req RemoveMachinesRequest) error {
-	return c.Do(ctx, http.MethodPost, modelPath(model, "remove-machines"), req, nil)
+	_, err := c.RemoveMachinesIDs(ctx, model, req)
+	return err
+}
+
+// RemoveMachinesIDs is RemoveMachines that returns the ids of the machines
+// it named: with All, every machine the model had.
+func (c *Client) RemoveMachinesIDs(ctx context.Context, model string, req RemoveMachinesRequest) ([]string, error) {
+	var out MachineIDs
+	return out.IDs, c.Do(ctx, http.MethodPost, modelPath(model, "remove-machines"), req, &out)
 }
 
 // RetryProvisioning asks for machines in provisioning error to be tried

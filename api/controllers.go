@@ -39,3 +39,9 @@ func (c *Client) Controllers(ctx context.Context) ([]ControllerInfo, error) {
 	var out []ControllerInfo
 	return out, c.Do(ctx, http.MethodGet, "/v1/controllers", nil, &out)
 }
+
+// Version returns the controller's build (GET /v1/version).
+func (c *Client) Version(ctx context.Context) (muster.Build, error) {
+	var out muster.Build
+	return out, c.Do(ctx, http.MethodGet, "/v1/version", nil, &out)
+}

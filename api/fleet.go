@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/musterhq/muster"
 	"gopkg.in/yaml.v3"
@@ -36,7 +35,7 @@ func ParseFleet(data []byte) (ApplyRequest, error) {
 		if errors.Is(err, io.EOF) {
 			return ApplyRequest{}, fmt.Errorf("fleet file is empty")
 		}
-		return ApplyRequest{}, fmt.Errorf("fleet file: %v", strings.ReplaceAll(err.Error(), "\n", " "))
+		return ApplyRequest{}, fmt.Errorf("fleet file: %s", fleetYAMLError(err))
 	}
 	if len(f.Groups) == 0 {
 		return ApplyRequest{}, fmt.Errorf("fleet file has no groups")

@@ -194,6 +194,7 @@ type testRuntime struct {
 	agentBinary      func(sha256 string) (string, error)
 	providerHandler  func(modelUUID string) http.Handler
 	identityCert     []byte // nil: none
+	offerings        func(modelUUID string) muster.Offerings
 }
 
 var _ api.Runtime = (*testRuntime)(nil)
@@ -242,6 +243,13 @@ func (r *testRuntime) ProviderHandler(modelUUID string) http.Handler {
 		return nil
 	}
 	return r.providerHandler(modelUUID)
+}
+
+func (r *testRuntime) Offerings(modelUUID string) muster.Offerings {
+	if r.offerings == nil {
+		return muster.Offerings{}
+	}
+	return r.offerings(modelUUID)
 }
 
 // withRuntime is a newHarness hook that serves the API over rt.

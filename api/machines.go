@@ -65,6 +65,9 @@ func (s *Server) handleAddMachines(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
+	if err := s.checkOffered(m, ts[0]); err != nil {
+		return err
+	}
 	ms, err := s.store.AddMachines(r.Context(), m.UUID, ts)
 	if err != nil {
 		return err
@@ -79,6 +82,14 @@ func (s *Server) handleAddMachines(w http.ResponseWriter, r *http.Request) error
 	s.appendEvents(r.Context(), es)
 	writeJSON(w, http.StatusCreated, MachineIDs{IDs: ids})
 	return nil
+}
+
+// checkOffered refuses a machine the model's provider can never start.
+func (s *Server) checkOffered(m muster.Model, t muster.MachineTemplate) error {
+	if s.cfg.Runtime == nil {
+		return nil
+	}
+	return s.cfg.Runtime.Offerings(m.UUID).Check(t)
 }
 
 func addMachinesTemplates(req AddMachinesRequest) ([]muster.MachineTemplate, error) {
@@ -120,8 +131,8 @@ func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) er
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if len(req.IDs) == 0 {
-		return muster.Errorf(muster.EInvalid, "no machine ids given")
+	if req.All == (len(req.IDs) > 0) {
+		return muster.Errorf(muster.EInvalid, "give either machine ids or all, not both or neither")
 	}
 	ids, err := uniqueIDs(req.IDs)
 	if err != nil {
@@ -131,7 +142,15 @@ func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	ms, err := s.machinesByID(r.Context(), m, ids)
+	var ms []muster.Machine
+	if req.All {
+		ms, err = s.store.Machines(r.Context(), m.UUID, nil)
+		for _, mc := range ms {
+			ids = append(ids, mc.ID)
+		}
+	} else {
+		ms, err = s.machinesByID(r.Context(), m, ids)
+	}
 	if err != nil {
 		return err
 	}

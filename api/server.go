@@ -44,6 +44,9 @@ type Config struct {
 	// nil (an unauthenticated scrape endpoint is the controller's
 	// --metrics-listen, on an address of the operator's choosing).
 	Metrics prometheus.Gatherer
+	// Registerer, when set, gets muster_build_info and the API's request
+	// metrics (muster_api_requests_total, muster_api_request_seconds).
+	Registerer prometheus.Registerer
 	// SessionKey is the key of the MAC agent session tokens carry, so that
 	// the token of an ended session (a newer login, a restart) is refused
 	// without counting as a failed authentication (S9). Controllers give
@@ -88,6 +91,10 @@ type Runtime interface {
 	// identity documents of a model's cloud (batch enrolment, SPEC §4);
 	// unavailable when the model's provider has none.
 	IdentityCert(modelUUID string) ([]byte, error)
+	// Offerings returns what the model's provider can start (instance
+	// types, bases, zones), checked before machines are added; lists it
+	// does not know are nil and not checked.
+	Offerings(modelUUID string) muster.Offerings
 }
 
 // Server is the API's http.Handler. Create it with NewServer, call Start to
@@ -111,6 +118,7 @@ type Server struct {
 	streams    streamCounts
 	authFail   *authFailures
 	sessionKey []byte
+	requests   *requestMetrics
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -154,6 +162,9 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api server: dashboard pages: %w", err)
 	}
 	s.dash = dash
+	if cfg.Registerer != nil {
+		s.requests = newRequestMetrics(cfg.Registerer)
+	}
 	s.routes()
 	return s, nil
 }
@@ -165,6 +176,7 @@ func (s *Server) routes() {
 	// stands in for the admin token. Never a mutating route (CSRF).
 	rd := s.adminOrDashboard
 	m.Handle("GET /v1/controllers", a(s.handleControllers))
+	m.Handle("GET /v1/version", a(s.handleVersion))
 	m.Handle("GET /v1/models", rd(s.handleModels))
 	m.Handle("POST /v1/models", a(s.handleAddModel))
 	m.Handle("GET /v1/models/{model}", a(s.handleModel))
@@ -237,7 +249,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// server clears the deadline itself before that background read.
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
 	}
-	s.mux.ServeHTTP(w, r)
+	s.requests.serve(s.mux, w, r)
 }
 
 // Start starts the heartbeat monitor (SPEC §4: a machine whose agent

@@ -56,6 +56,7 @@ type MachineIDs struct {
 // RemoveMachinesRequest is the body of POST /v1/models/{model}/remove-machines.
 type RemoveMachinesRequest struct {
 	IDs          []string `json:"ids"`
+	All          bool     `json:"all,omitempty"` // every machine of the model, instead of IDs
 	KeepInstance bool     `json:"keep-instance,omitempty"`
 	Force        bool     `json:"force,omitempty"` // dead at once instead of dying
 }

@@ -88,6 +88,10 @@ func Removed(_ string, _ MachineStatus, ok bool) (bool, string) {
 // the status it calls progress with the status, how many machines are
 // done and the ids of the others. It ends early with ctx's error.
 func (c *Client) Wait(ctx context.Context, model string, goals map[string]Goal, progress func(st Status, done int, waiting []string)) ([]string, error) {
+	return c.wait(ctx, model, goals, progress, false)
+}
+
+func (c *Client) wait(ctx context.Context, model string, goals map[string]Goal, progress func(st Status, done int, waiting []string), failFast bool) ([]string, error) {
 	if len(goals) == 0 {
 		return nil, nil
 	}
@@ -114,7 +118,7 @@ func (c *Client) Wait(ctx context.Context, model string, goals map[string]Goal, 
 			}
 		}
 		progress(st, len(goals)-len(waiting), waiting)
-		if len(waiting) == 0 {
+		if len(waiting) == 0 || (failFast && len(failures) > 0) {
 			sort.Slice(failures, func(i, j int) bool {
 				a, _, _ := strings.Cut(failures[i], ":")
 				b, _, _ := strings.Cut(failures[j], ":")

@@ -386,8 +386,18 @@ func TestValidateDockerModel(t *testing.T) {
 func TestSimAgentsAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	ac := openAgentsController(t, Config{DataDir: dir})
-	ids := ac.addMachines(t, "default", api.AddMachinesRequest{Count: 2})
+	ids := ac.addMachines(t, "default", api.AddMachinesRequest{Count: 3})
 	ac.waitMachines(t, "default", "started", ids, func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
+	// The third is removed and its instance kept (released): after the
+	// restart its agent is not started, so it logs no refused login.
+	if err := ac.client.RemoveMachines(context.Background(), "default", api.RemoveMachinesRequest{IDs: ids[2:], Force: true, KeepInstance: true}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyWithin(t, agentsDeadline, "the released machine gone", func() bool {
+		_, ok := ac.status(t, "default").Machines[ids[2]]
+		return !ok
+	})
+	ids = ids[:2]
 	agents := ac.ctrl.runner(ac.modelUUID(t, "default")).provider.simAgents
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -404,6 +414,10 @@ func TestSimAgentsAfterRestart(t *testing.T) {
 	testutil.EventuallyWithin(t, agentsDeadline, "the model to run again", func() bool { return ac2.ctrl.runner(uuid) != nil })
 	agents2 := ac2.ctrl.runner(uuid).provider.simAgents
 	testutil.EventuallyWithin(t, agentsDeadline, "both agents to report started again", func() bool { return agents2.started.Load() == 2 })
+	testutil.EventuallyWithin(t, agentsDeadline, "the released instance's agent skipped", func() bool { return agents2.skipped.Load() == 1 })
+	if got := agents2.count(); got != 2 {
+		t.Errorf("got %d agents after the restart, want 2 (none for the released instance)", got)
+	}
 	st := ac2.status(t, "default")
 	for _, id := range ids {
 		if got := st.Machines[id].Status; got != string(muster.StatusStarted) {

@@ -525,15 +525,19 @@ func (c *Controller) writeClientConfigs(token string, others ...string) error {
 	if !c.cfg.WriteUserConfig {
 		return nil
 	}
+	// The data dir's copy is written: a home whose config dir cannot be
+	// written (read-only, not a directory) only costs the default path.
 	p, err := DefaultClientConfigPath()
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-		if err := cc.Save(p); err != nil {
-			return err
+	if err == nil {
+		if _, err = os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			if err = cc.Save(p); err == nil {
+				c.log.Info("wrote client config", "path", p)
+			}
 		}
-		c.log.Info("wrote client config", "path", p)
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		c.log.Warn("could not write the client config in the user's config dir; point MUSTER_CONFIG at the data dir's",
+			"err", err, "MUSTER_CONFIG", c.clientPath)
 	}
 	return nil
 }
@@ -688,7 +692,7 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 	c.mu.Lock()
 	c.models[m.UUID] = r
 	c.mu.Unlock()
-	log.Info("provisioner started", "provider", m.Provider, "controller-id", c.id)
+	log.Info("model runs on this controller", "provider", m.Provider, "controller-id", c.id)
 	return r, nil
 }
 

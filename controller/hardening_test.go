@@ -171,7 +171,10 @@ func TestMachineMetrics(t *testing.T) {
 	if _, err := cl.AddMachines(ctx, muster.DefaultModel, api.AddMachinesRequest{Count: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.AddMachines(ctx, muster.DefaultModel, api.AddMachinesRequest{Count: 2, Constraints: "zones=nowhere"}); err != nil {
+	// Machines no zone can take, which the API would refuse: through the
+	// store.
+	nowhere := muster.MachineTemplate{Constraints: muster.MustParseConstraints("zones=nowhere"), Base: muster.DefaultBase}
+	if _, err := c.Store().AddMachines(ctx, def.UUID, []muster.MachineTemplate{nowhere, nowhere}); err != nil {
 		t.Fatal(err)
 	}
 	plain := &http.Client{}

@@ -54,7 +54,7 @@ func (l *leaseRunner) run(ctx context.Context) {
 	stop := func(why string) {
 		l.stop(why)
 		running = false
-		l.log.Info("provisioner stopped", "why", why)
+		l.log.Info("model stopped on this controller", "why", why)
 		if late := l.clock.Now().Sub(deadline.Add(margin)); late > 0 {
 			// The lease may have expired while the work still ran.
 			l.log.Error("provisioner stopped after its lease could have expired", "late", late)

@@ -30,6 +30,7 @@ func (c *Controller) newAPI(adminTokenHash string) error {
 		Clock:          c.cfg.Clock,
 		Runtime:        c,
 		Metrics:        reg,
+		Registerer:     reg,
 		BodyTimeout:    c.cfg.BodyTimeout,
 		SessionKey:     c.ca.DerivedKey("agent sessions"),
 	})
@@ -130,4 +131,23 @@ func (c *Controller) IdentityCert(modelUUID string) ([]byte, error) {
 		return r.provider.IdentityCert, nil
 	}
 	return nil, muster.Errorf(muster.EUnavailable, "no instance identity certificate for model %s on this controller", modelUUID)
+}
+
+// Offerings is what the model's provider offers, when its provisioner
+// runs here: instance types and bases from the provider (when it knows
+// them), zones from the provisioner's zone table once it has one.
+// Nothing is known of a model another controller runs.
+func (c *Controller) Offerings(modelUUID string) muster.Offerings {
+	r := c.runner(modelUUID)
+	if r == nil {
+		return muster.Offerings{}
+	}
+	var o muster.Offerings
+	if of, ok := r.provider.Provider.(muster.Offerer); ok {
+		o = of.Offerings()
+	}
+	for _, z := range r.sup.Zones() {
+		o.Zones = append(o.Zones, z.Name)
+	}
+	return o
 }

@@ -82,7 +82,7 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 		case <-ctx.Done():
 			return
 		}
-		if !s.isEnabled(ctx) {
+		if !s.isEnabled(ctx) || s.released(ctx, inst.ID, cfg.Machine) {
 			s.skipped.Add(1)
 			return
 		}
@@ -133,6 +133,22 @@ func (s *simAgents) isEnabled(ctx context.Context) bool {
 	}
 	s.enabled, s.checkedAt = m.Settings.SimAgents, now
 	return s.enabled
+}
+
+// released reports whether the instance no longer belongs to its
+// machine: the machine is gone (removed with --keep-instance, which
+// leaves the instance running) or records another instance. Its agent
+// would only be refused, so it is not started.
+func (s *simAgents) released(ctx context.Context, instID, machineID string) bool {
+	ms, err := s.store.Machines(ctx, s.modelUUID, []string{machineID})
+	if err != nil {
+		return false // the agent's own login says what is wrong
+	}
+	if len(ms) == 0 || (ms[0].Instance != nil && ms[0].Instance.InstanceID != instID) {
+		s.log.Debug("simulated agent not started: instance released", "instance", instID, "machine", machineID)
+		return true
+	}
+	return false
 }
 
 // count returns how many agents run.

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"time"
+	"slices"
 
 	"github.com/musterhq/muster"
 )
@@ -112,3 +113,13 @@ func (p *Provider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]st
 // EnrolsBatches implements muster.BatchEnroller: the sim signs its
 // instances' identity documents, so batch-started agents enrol (SPEC §4).
 func (p *Provider) EnrolsBatches() bool { return true }
+var _ muster.Offerer = (*Provider)(nil)
+
+// Offerings are the sim's instance types and bases, which every sim has.
+func (p *Provider) Offerings() muster.Offerings {
+	o := muster.Offerings{Bases: slices.Clone(Bases)}
+	for _, it := range InstanceTypes {
+		o.InstanceTypes = append(o.InstanceTypes, muster.InstanceTypeOffer{Name: it.Name, Arch: it.Arch, Cores: uint64(it.Cores), Mem: it.Mem})
+	}
+	return o
+}

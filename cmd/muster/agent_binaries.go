@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
 )
@@ -62,36 +62,26 @@ func newAgentBinariesListCmd() *cobra.Command {
 		Short: "List the agent binaries in the catalogue",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "table" && format != "json" {
-				return usageErrorf("bad --format %q: want table or json", format)
-			}
 			es, err := controller.NewAgentCatalogue(dataDir).List()
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			if format == "json" {
-				if es == nil {
-					es = []controller.AgentBinaryEntry{}
-				}
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(es)
+			if es == nil {
+				es = []controller.AgentBinaryEntry{}
 			}
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tOS\tARCH\tSIZE\tSHA256\tPATH")
+			var rows [][]string
 			for _, e := range es {
 				p := e.Path
 				if e.Self {
 					p += " (controller)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.12s\t%s\n", e.Version, e.OS, e.Arch, e.Size, e.SHA256, p)
+				rows = append(rows, []string{e.Version, e.OS, e.Arch, strconv.FormatInt(e.Size, 10), e.SHA256[:min(12, len(e.SHA256))], p})
 			}
-			return tw.Flush()
+			return api.WriteAs(cmd.OutOrStdout(), format, es, []string{"Version", "OS", "Arch", "Size", "SHA256", "Path"}, rows)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "the controller's data directory")
-	f.StringVar(&format, "format", "table", "output format: table or json")
+	formatFlag(cmd, &format, api.Formats...)
 	return cmd
 }

@@ -30,7 +30,7 @@ func TestAgentBinariesCommands(t *testing.T) {
 		t.Fatalf("list: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "agent-binaries", "list", "--data-dir", dir)
-	if code != 0 || !strings.Contains(out, "arm64") || !strings.HasPrefix(out, "VERSION") {
+	if code != 0 || !strings.Contains(out, "arm64") || !strings.HasPrefix(out, "Version") {
 		t.Fatalf("list table: exit %d, stdout %q", code, out)
 	}
 	for _, tc := range []struct {

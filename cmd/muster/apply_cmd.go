@@ -32,7 +32,11 @@ func readFleetFile(path string, stdin io.Reader) (api.ApplyRequest, error) {
 	if len(data) > maxFleetFile {
 		return api.ApplyRequest{}, fmt.Errorf("fleet file %s is larger than %d bytes", path, maxFleetFile)
 	}
-	return api.ParseFleet(data)
+	req, err := api.ParseFleet(data)
+	if err != nil {
+		return req, usageError{err}
+	}
+	return req, nil
 }
 
 // writePlan prints what an apply does or would do, one line per group.

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 )
 
 // globalOptions are the persistent flags every client command shares.
@@ -101,84 +99,40 @@ func clientConfigPath(flag string) (string, error) {
 	return controller.DefaultClientConfigPath()
 }
 
+// Output helpers; the formatting itself is in api (api/output.go).
+var (
+	printTable = api.WriteTable
+	printJSON  = api.WriteJSON
+	printYAML  = api.WriteYAML
+	dash       = api.Dash
+	yesNo      = api.YesNo
+)
+
 // newTabWriter aligns table output in columns.
 func newTabWriter(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// printTable writes rows aligned with the header.
-func printTable(w io.Writer, header []string, rows [][]string) error {
-	tw := newTabWriter(w)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, r := range rows {
-		writeRow(tw, r...)
-	}
-	return tw.Flush()
+// waitFor waits for goals showing progress on w (api.Client.WaitShowing).
+func waitFor(ctx context.Context, c *api.Client, model string, goals map[string]api.Goal, w io.Writer, what string) ([]string, error) {
+	return c.WaitShowing(ctx, model, goals, w, what, false)
 }
 
-// writeRow writes one table row, each cell with its control characters
-// escaped (S8): cells hold text agents and clouds wrote, and a tab or an
-// escape sequence in one must not break the table or the terminal.
-func writeRow(w io.Writer, cells ...string) {
-	for i, c := range cells {
-		cells[i] = muster.Printable(c)
-	}
-	fmt.Fprintln(w, strings.Join(cells, "\t"))
-}
+// failureError reports machines that ended in error after a wait.
+func failureError(failures []string) error { return api.FailureError(failures, 0) }
 
-// printJSON writes v as indented JSON.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// printYAML writes v as YAML with the keys and key order of its JSON
-// encoding (the API types carry JSON tags only).
-func printYAML(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	var n yaml.Node
-	if err := yaml.Unmarshal(b, &n); err != nil {
-		return err
-	}
-	blockStyle(&n)
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&n); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
-		return err
-	}
-	_, err = w.Write(buf.Bytes())
-	return err
-}
-
-// blockStyle turns JSON's flow style into YAML's block style, keeping empty
-// lists and maps as [] and {}.
-func blockStyle(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode {
-		n.Style &^= yaml.DoubleQuotedStyle | yaml.FlowStyle
-		return
-	}
-	if len(n.Content) > 0 {
-		n.Style &^= yaml.FlowStyle
-	}
-	for _, c := range n.Content {
-		blockStyle(c)
-	}
+// formatFlag adds --format (-o, as kubectl's) with its choices, the first
+// the default: completed, and checked before the command runs.
+func formatFlag(cmd *cobra.Command, format *string, choices ...string) {
+	cmd.Flags().StringVarP(format, "format", "o", choices[0], "output format: "+strings.Join(choices, ", "))
+	cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions(choices, cobra.ShellCompDirectiveNoFileComp))
+	cmd.PreRunE = func(*cobra.Command, []string) error { return checkFormat(*format, choices...) }
 }
 
 // checkFormat refuses a --format value outside allowed.
 func checkFormat(format string, allowed ...string) error {
-	for _, a := range allowed {
-		if format == a {
-			return nil
-		}
+	if slices.Contains(allowed, format) {
+		return nil
 	}
 	return usageErrorf("bad --format %q: want %s", format, strings.Join(allowed, ", "))
 }
@@ -231,6 +185,7 @@ func addClientCmds(root *cobra.Command, o *globalOptions) {
 		newModelsCmd(o),
 		newRemoveModelCmd(o),
 		newModelConfigCmd(o),
+		newSwitchCmd(o),
 		newDemoCmd(),
 	)
 }

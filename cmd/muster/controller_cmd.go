@@ -84,7 +84,7 @@ func newControllerCmd() *cobra.Command {
 	f.StringVar(&cfg.StoreURL, "store", "", "state store URL (default sqlite://<data-dir>/muster.db; postgres://… for PostgreSQL)")
 	f.StringVar(&cfg.APIAddress, "api-address", "", "host:port clients and other controllers' clients reach this controller at (default: the --listen address)")
 	f.StringVar(&cfg.ClientConfigFrom, "client-config", "", "a client config of the controllers this one joins: copied to <data-dir>/client.yaml with this controller's URL")
-	f.StringVar(&cfg.DefaultSimEndpoint, "default-sim-endpoint", "", "URL of a `muster sim serve` for a new default model (required for a default model on a PostgreSQL store)")
+	f.StringVar(&cfg.DefaultSimEndpoint, "default-sim-endpoint", "", "`URL` of a 'muster sim serve' for a new default model (required for a default model on a PostgreSQL store)")
 	f.StringVar(&cfg.CAKeyFile, "ca-key-file", "", "keep the CA's private key in this file (0600) instead of the store; give every controller of a PostgreSQL store the same file")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "host:port to serve Prometheus /metrics on without authentication, over plain HTTP (on the API port /metrics needs the admin token)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")

@@ -204,7 +204,7 @@ func runDemo(ctx context.Context, provider string, w io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintln(w)
-	if err := writeStatusTable(w, st); err != nil {
+	if err := api.WriteStatusTable(w, st, false); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, `
@@ -249,7 +249,7 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 	goals := map[string]api.Goal{}
 	for id, m := range st.Machines {
 		if m.Life == string(muster.LifeAlive) && m.InstanceStatus == string(muster.InstanceRunning) {
-			goals[id] = agentStarted
+			goals[id] = api.Started
 		}
 	}
 	if len(goals) == 0 {
@@ -264,7 +264,7 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 		}
 	})
 	defer giveUp.Stop()
-	_, err = waitForShowing(wctx, c, model, goals, w, "agents starting", agentState)
+	_, err = waitFor(wctx, c, model, goals, w, "agents starting")
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		fmt.Fprintln(w, "(not every agent reported; going on)")
 		return nil
@@ -279,20 +279,4 @@ func anyStarted(st api.Status) bool {
 		}
 	}
 	return false
-}
-
-// agentState is a machine's status for progress lines.
-func agentState(m api.MachineStatus, ok bool) string {
-	if !ok {
-		return "removed"
-	}
-	if m.Status == "" {
-		return "pending"
-	}
-	return m.Status
-}
-
-// agentStarted is reached when a machine's agent has reported it started.
-func agentStarted(_ string, m api.MachineStatus, ok bool) (bool, string) {
-	return !ok || m.Status == string(muster.StatusStarted), ""
 }

@@ -192,15 +192,37 @@ func TestE2ESpread(t *testing.T) {
 
 func TestE2EBadInput(t *testing.T) {
 	tc := startController(t, "")
+	// Zones are checked once the provisioner has read them.
+	testutil.Eventually(t, "the model's zones known", func() bool { return strings.Contains(tc.ok("zones"), "c ") })
 	tests := []struct {
 		name string
 		args []string
 		code int
 		want string // in the error line
 	}{
-		{"bad constraints", []string{"add-machine", "--constraints", "cores=lots"}, 1, "cores"},
-		{"unknown constraint", []string{"add-machine", "--constraints", "colour=red"}, 1, "colour"},
-		{"bad storage", []string{"add-machine", "--storage", "data=big"}, 1, "data"},
+		{"bad constraints", []string{"add-machine", "--constraints", "cores=lots"}, 2, "cores"},
+		{"unknown constraint", []string{"add-machine", "--constraints", "colour=red"}, 2, "colour"},
+		{"constraint without value", []string{"add-machine", "--constraints", "cores"}, 2, "cores"},
+		{"too many cores", []string{"add-machine", "--constraints", "cores=1000"}, 2, "cores=1000"},
+		{"unknown instance type", []string{"add-machine", "--constraints", "instance-type=nope"}, 2, `instance type "nope" is not offered (choices: s1.small, s1.medium, s1.large, s1.xlarge)`},
+		{"unknown zone", []string{"add-machine", "--constraints", "zones=nonexistent"}, 2, `zone "nonexistent" does not exist (zones: a, b, c)`},
+		{"unknown placement zone", []string{"add-machine", "--to", "zone=q"}, 2, `placement zone "q" does not exist`},
+		{"unknown base", []string{"add-machine", "--base", "ubuntu@99.99"}, 2, `base "ubuntu@99.99" is not offered (choices: ubuntu@22.04, ubuntu@24.04)`},
+		{"bad base", []string{"add-machine", "--base", "foo"}, 2, "foo"},
+		{"bad --wait", []string{"add-machine", "--wait=forever"}, 2, "forever"},
+		{"ids and --all", []string{"remove-machine", "--all", "1"}, 2, "--all"},
+		{"unknown machine status", []string{"status", "0", "99"}, 1, "no machine 0, 99"},
+		{"unknown machine events", []string{"events", "--machine", "99"}, 1, "99"},
+		{"bad -o", []string{"models", "-o", "xml"}, 2, "xml"},
+		{"reset unknown", []string{"model-config", "--reset", "colour"}, 2, "colour"},
+		{"reset and set", []string{"model-config", "--reset", "retry-count", "retry-count=3"}, 2, "--reset"},
+		{"bad setting value", []string{"model-config", "retry-count=abc"}, 2, "abc"},
+		{"switch to an unknown model", []string{"switch", "nope"}, 1, "nope"},
+		{"sim set-zone typo", []string{"sim", "set-zone", "aa", "--available=false"}, 1, `sim has no zone "aa" (zones: a, b, c); --add adds it`},
+		{"add-model --config typo", []string{"add-model", "x", "--provider", "sim", "--config", "zones"}, 2, `bad --config "zones"`},
+		{"typo", []string{"add-machin"}, 2, `did you mean "add-machine"?`},
+		{"bad storage", []string{"add-machine", "--storage", "data=big"}, 2, "data"},
+		{"storage without size", []string{"add-machine", "--storage", "data"}, 2, "data"},
 		{"bad placement", []string{"add-machine", "--to", "rack=1"}, 2, "--to"},
 		{"zero count", []string{"add-machine", "-n", "0"}, 2, "-n"},
 		{"unknown flag", []string{"add-machine", "--colour", "red"}, 2, "colour"},
@@ -208,9 +230,9 @@ func TestE2EBadInput(t *testing.T) {
 		{"unknown machine", []string{"remove-machine", "7"}, 1, "7"},
 		{"retry without ids", []string{"retry-provisioning"}, 2, "--all"},
 		{"bad format", []string{"status", "--format", "xml"}, 2, "xml"},
-		{"unknown setting", []string{"model-config", "colour=red"}, 1, "colour"},
+		{"unknown setting", []string{"model-config", "colour=red"}, 2, "colour"},
 		{"unknown model", []string{"status", "-m", "nope"}, 1, "nope"},
-		{"unknown provider", []string{"add-model", "x", "--provider", "cardboard"}, 1, "cardboard"},
+		{"unknown provider", []string{"add-model", "x", "--provider", "cardboard"}, 2, "cardboard"},
 		{"missing fleet file", []string{"apply", "-f", filepath.Join(t.TempDir(), "none.yaml")}, 1, "none.yaml"},
 		{"no fleet file", []string{"apply"}, 2, "-f"},
 		{"bad set-zone capacity", []string{"sim", "set-zone", "a", "--capacity", "-3"}, 2, "capacity"},
@@ -239,7 +261,10 @@ func TestE2EBadInput(t *testing.T) {
 	if len(st.Machines) != 0 {
 		t.Errorf("got %d machines after refused commands, want 0", len(st.Machines))
 	}
-	if models := tc.ok("models"); strings.Contains(models, "cardboard") {
+	if sz := tc.ok("sim", "zones"); strings.Contains(sz, "aa") {
+		t.Errorf("a refused set-zone added a zone:\n%s", sz)
+	}
+	if models := tc.ok("models"); strings.Contains(models, "cardboard") || strings.Contains(models, "x ") {
 		t.Errorf("a refused add-model added a model:\n%s", models)
 	}
 	f, err := tc.simClient("default").Faults(context.Background())
@@ -251,8 +276,8 @@ func TestE2EBadInput(t *testing.T) {
 	}
 	// A setting change is all or none.
 	before := tc.ok("model-config", "retry-count")
-	if code, _, _ := tc.cli("model-config", "retry-count=3", "harvest-mode=sometimes"); code != 1 {
-		t.Errorf("model-config with one bad value: exit %d, want 1", code)
+	if code, _, _ := tc.cli("model-config", "retry-count=3", "harvest-mode=sometimes"); code != 2 {
+		t.Errorf("model-config with one bad value: exit %d, want 2 (usage)", code)
 	}
 	if after := tc.ok("model-config", "retry-count"); after != before {
 		t.Errorf("got retry-count %q after a refused change, want %q", after, before)
@@ -291,7 +316,8 @@ func TestE2ERemoveWithoutForce(t *testing.T) {
 	tc := startController(t, "")
 	tc.ok("model-config", "retry-count=0")
 	tc.ok("add-machine", "--wait")
-	if code, _, _ := tc.cli("add-machine", "--constraints", "cores=64", "--wait"); code != 1 {
+	tc.ok("sim", "faults", "--quota-vcpus", "1")
+	if code, _, _ := tc.cli("add-machine", "--constraints", "cores=2", "--wait"); code != 1 {
 		t.Fatalf("add-machine of an impossible machine --wait: exit %d, want 1", code)
 	}
 	inst := tc.status().Machines["0"].InstanceID
@@ -410,7 +436,10 @@ func sortStrings(s ...string) []string {
 func TestE2EStatusJSONKeys(t *testing.T) {
 	tc := startController(t, "")
 	tc.ok("add-machine", "--group", "web", "--constraints", "cores=2", "--wait")
-	tc.ok("add-machine", "--constraints", "arch=s390x") // the sim has no s390x: provisioning error, keys still all there
+	// Over the vCPU quota: provisioning error, keys still all there.
+	tc.ok("model-config", "retry-count=0")
+	tc.ok("sim", "faults", "--quota-vcpus", "2")
+	tc.ok("add-machine", "--constraints", "cores=2")
 	out := tc.ok("status", "--format", "json")
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &top); err != nil {
@@ -584,8 +613,8 @@ func TestE2EApply(t *testing.T) {
 	// A bad fleet file is refused whole.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("groups:\n  - name: web\n    count: 9\n  - name: db\n    count: 1\n    constraints: cores=many\n"), 0o600)
-	if code, _, errOut := tc.cli("apply", "-f", bad); code != 1 || !strings.Contains(errOut, "db") {
-		t.Errorf("bad fleet: exit %d stderr %q, want exit 1 naming group db", code, errOut)
+	if code, _, errOut := tc.cli("apply", "-f", bad); code != 2 || !strings.Contains(errOut, "db") {
+		t.Errorf("bad fleet: exit %d stderr %q, want exit 2 (usage) naming group db", code, errOut)
 	}
 	if n := len(tc.status().Machines); n != 12 {
 		t.Errorf("got %d machines after a refused apply, want 12", n)
@@ -668,7 +697,8 @@ func TestE2EShowMachineEventsAndRetry(t *testing.T) {
 	// A machine no zone can take ends in provisioning error; --wait says
 	// so, and retry-provisioning takes it again.
 	tc.ok("model-config", "retry-count=0")
-	code, out, errOut := tc.cli("add-machine", "--constraints", "cores=64", "--wait")
+	tc.ok("sim", "faults", "--quota-vcpus", "1")
+	code, out, errOut := tc.cli("add-machine", "--constraints", "cores=2", "--wait")
 	if code != 1 || strings.TrimSpace(out) != "1" || !strings.Contains(errOut, "1: provisioning error") {
 		t.Fatalf("add-machine of an impossible machine --wait: exit %d stdout %q stderr %q, want exit 1 naming machine 1", code, out, errOut)
 	}
@@ -679,7 +709,7 @@ func TestE2EShowMachineEventsAndRetry(t *testing.T) {
 
 func TestE2ESimCommands(t *testing.T) {
 	tc := startController(t, "")
-	out := tc.ok("sim", "set-zone", "d", "--capacity", "8")
+	out := tc.ok("sim", "set-zone", "d", "--add", "--capacity", "8")
 	if !strings.Contains(out, "d") || !strings.Contains(out, "8") {
 		t.Errorf("set-zone printed:\n%s", out)
 	}

@@ -13,18 +13,28 @@ func newAddMachineCmd(o *globalOptions) *cobra.Command {
 	var (
 		req  api.AddMachinesRequest
 		to   string
-		wait bool
+		wait string
 	)
 	cmd := &cobra.Command{
 		Use:   "add-machine",
 		Short: "Declare machines; prints their ids, one per line",
 		Long: `Declare machines; prints their ids, one per line.
 
-With --wait it waits until every new machine's instance is running or in
-provisioning error, showing progress on stderr, and fails if any ended in
-error.`,
+With --wait it waits until every new machine has started (its instance
+running and its agent logged in), or with --wait=instances until their
+instances run, showing both phases on stderr; it fails as soon as a
+machine is in provisioning error, naming it. Interrupted, it leaves the
+machines provisioning. Where no agent reports (sim-agents=false, an ec2
+model on a sim without agents) use --wait=instances.`,
+		Example: `  muster add-machine -n 3 --constraints "cores=2 mem=4GB" --wait
+  muster add-machine --to zone=b --base ubuntu@22.04
+  muster add-machine -m staging --group web --wait=instances`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			goal, ok := map[string]api.Goal{"": nil, "started": api.Started, "instances": api.Provisioned}[wait]
+			if !ok {
+				return usageErrorf("bad --wait %q: want started or instances", wait)
+			}
 			if req.Count < 1 || req.Count > api.MaxAddMachines {
 				return usageErrorf("bad -n %d: want 1..%d", req.Count, api.MaxAddMachines)
 			}
@@ -56,18 +66,18 @@ error.`,
 			for _, id := range ids {
 				fmt.Fprintln(cmd.OutOrStdout(), id)
 			}
-			if !wait {
+			if goal == nil {
 				return nil
 			}
 			goals := map[string]api.Goal{}
 			for _, id := range ids {
-				goals[id] = api.Provisioned
+				goals[id] = goal
 			}
-			failures, err := waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "provisioning")
+			failures, err := c.WaitShowing(ctx, model, goals, cmd.ErrOrStderr(), "provisioning", true)
 			if err != nil {
 				return err
 			}
-			return failureError(failures)
+			return api.FailureError(failures, len(ids))
 		},
 	}
 	f := cmd.Flags()
@@ -77,7 +87,8 @@ error.`,
 	f.StringVar(&req.Base, "base", "", "base, e.g. ubuntu@24.04 (default ubuntu@24.04)")
 	f.StringVar(&to, "to", "", "placement, zone=NAME")
 	f.StringArrayVar(&req.Storage, "storage", nil, "storage name=size[,pool=P] (repeatable)")
-	f.BoolVar(&wait, "wait", false, "wait until the machines are provisioned")
+	f.StringVar(&wait, "wait", "", "wait until the machines have started, or with --wait=instances until their instances run")
+	f.Lookup("wait").NoOptDefVal = "started"
 	return cmd
 }
 
@@ -87,10 +98,15 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 		wait bool
 	)
 	cmd := &cobra.Command{
-		Use:   "remove-machine ID...",
+		Use:   "remove-machine ID... | --all",
 		Short: "Mark machines dying; --force makes them dead at once",
-		Args:  cobra.MinimumNArgs(1),
+		Example: `  muster remove-machine 3 4 --wait
+  muster remove-machine --all --force`,
+		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.All == (len(args) > 0) {
+				return usageErrorf("give machine ids or --all, not both and not neither")
+			}
 			if err := checkMachineIDs(args); err != nil {
 				return err
 			}
@@ -100,14 +116,12 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 				return err
 			}
 			req.IDs = args
-			if err := c.RemoveMachines(ctx, model, req); err != nil {
+			ids, err := c.RemoveMachinesIDs(ctx, model, req)
+			if err != nil || !wait {
 				return err
 			}
-			if !wait {
-				return nil
-			}
 			goals := map[string]api.Goal{}
-			for _, id := range args {
+			for _, id := range ids {
 				goals[id] = api.Removed
 			}
 			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing")
@@ -115,6 +129,7 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&req.All, "all", false, "every machine of the model")
 	f.BoolVar(&req.KeepInstance, "keep-instance", false, "leave the machines' instances running")
 	f.BoolVar(&req.Force, "force", false, "make the machines dead at once")
 	f.BoolVar(&wait, "wait", false, "wait until the machines are removed")
@@ -124,8 +139,9 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 func newRetryProvisioningCmd(o *globalOptions) *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "retry-provisioning ID... | --all",
-		Short: "Try machines in provisioning error again",
+		Use:               "retry-provisioning ID... | --all",
+		Short:             "Try machines in provisioning error again",
+		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return usageErrorf("give machine ids or --all, not both and not neither")
@@ -155,13 +171,11 @@ func newRetryProvisioningCmd(o *globalOptions) *cobra.Command {
 func newShowMachineCmd(o *globalOptions) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
-		Use:   "show-machine ID",
-		Short: "Show one machine in full, with its recent events",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show-machine ID",
+		Short:             "Show one machine in full, with its recent events",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format, "yaml", "json"); err != nil {
-				return err
-			}
 			if err := checkMachineIDs(args); err != nil {
 				return err
 			}
@@ -174,12 +188,9 @@ func newShowMachineCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if format == "json" {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			return printYAML(cmd.OutOrStdout(), d)
+			return api.WriteAs(cmd.OutOrStdout(), format, d.Shown(), nil, nil)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "yaml", "output format: yaml or json")
+	formatFlag(cmd, &format, "yaml", "json")
 	return cmd
 }

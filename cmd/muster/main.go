@@ -42,22 +42,57 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "error: %s\n", printableError(oneLine(errorText(err))))
+	fmt.Fprintf(stderr, "error: %s\n", userError(err))
+	return exitCode(err, isClientCmd(cmd))
+}
+
+// exitCode is 2 for every usage error: a bad command line and, for client
+// commands, any input refused as invalid, whether the CLI or the
+// controller found it; 1 for everything else (a controller's, an agent's
+// bad file or store is not how it was called).
+func exitCode(err error, client bool) int {
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsageError(err) {
+	if errors.As(err, &ue) || isCobraUsageError(err) || (client && muster.ErrorCode(err) == muster.EInvalid) {
 		return 2
 	}
 	return 1
 }
 
+// isClientCmd says whether cmd talks to a controller (see
+// withoutClientFlags).
+func isClientCmd(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Annotations["local"] != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// userError is err as one printable line.
+func userError(err error) string { return printableError(oneLine(errorText(err))) }
+
+// withoutClientFlags marks c (and its subcommands) as not talking to a
+// controller, and hides the client's global flags from their help.
+func withoutClientFlags(c *cobra.Command) *cobra.Command {
+	c.Annotations = map[string]string{"local": "no client config or model"}
+	c.SetHelpFunc(func(c *cobra.Command, args []string) {
+		for _, n := range []string{"config", "model"} {
+			c.Root().PersistentFlags().Lookup(n).Hidden = true
+		}
+		c.Root().HelpFunc()(c, args)
+	})
+	return c
+}
+
 // errorText is the text of an error for users: refusals name their code
 // ("unauthorized: invalid token") so that scripts and people see why.
 func errorText(err error) string {
-	msg := err.Error()
+	msg := suggestion(err.Error())
 	var me *muster.Error
 	if errors.As(err, &me) {
 		switch me.Code {
@@ -94,25 +129,31 @@ func oneLine(s string) string {
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "muster",
-		Short:         "muster keeps cloud instances in step with the machines you declare",
+		Use:   "muster",
+		Short: "muster keeps cloud instances in step with the machines you declare",
+		Long: `muster keeps cloud instances in step with the machines you declare.
+
+Start with 'muster demo', or 'muster controller' and then 'muster add-machine'.
+Client commands find the controller through the client config file
+(--config, else $MUSTER_CONFIG, else ~/.config/muster/client.yaml) and act
+on a model (-m, else $MUSTER_MODEL, else the one 'muster switch' chose).`,
+		Version:       muster.BuildInfo().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	root.SetVersionTemplate("muster {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	o := &globalOptions{}
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.config, "config", "", "client config file (default $MUSTER_CONFIG, else ~/.config/muster/client.yaml)")
 	pf.StringVarP(&o.model, "model", "m", "", "model to act on (default $MUSTER_MODEL, else the config's model, else default)")
-	root.AddCommand(
-		newVersionCmd(),
-		newControllerCmd(),
-		newSimCmd(o),
-		newDashboardCmd(o),
-		newAgentCmd(),
-		newAgentBinariesCmd(),
-		newLXDCmd(),
-	)
+	root.RegisterFlagCompletionFunc("model", completeModels(o))
+	root.AddCommand(newVersionCmd(o), newSimCmd(o), newDashboardCmd(o))
+	// Commands that do not talk to a controller: --config and -m are not
+	// theirs, and their help does not list them.
+	for _, c := range []*cobra.Command{newControllerCmd(), newAgentCmd(), newAgentBinariesCmd(), newLXDCmd()} {
+		root.AddCommand(withoutClientFlags(c))
+	}
 	addClientCmds(root, o)
 	return root
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,12 +20,18 @@ func runCLI(tb testing.TB, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Setenv("MUSTER_CONFIG", filepath.Join(t.TempDir(), "none.yaml"))
 	code, out, errOut := runCLI(t, "version")
 	if code != 0 || errOut != "" {
 		t.Fatalf("version: exit %d, stderr %q", code, errOut)
 	}
-	if !strings.HasPrefix(out, "muster "+muster.Version+"\n") {
-		t.Fatalf("got %q, want it to start with the version", out)
+	client := "muster " + muster.BuildInfo().String()
+	if want := "client:     " + client + "\ncontroller: unknown ("; !strings.HasPrefix(out, want) || !strings.Contains(out, "none.yaml") {
+		t.Fatalf("got %q, want it to start with %q and say why the controller's is unknown", out, want)
+	}
+	code, out, _ = runCLI(t, "--version")
+	if code != 0 || out != client+"\n" {
+		t.Fatalf("--version: exit %d, %q; want %q", code, out, client)
 	}
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/controller"
 	"github.com/spf13/cobra"
 )
 
@@ -35,9 +39,12 @@ func newAddModelCmd(o *globalOptions) *cobra.Command {
 		Short: "Add a model with its provider configuration",
 		Long: `Add a model. --config sets provider configuration (e.g. endpoint=http://ADDR
 for a sim served by 'muster sim serve', zones=a,b,c) and model-config
-settings (e.g. harvest-mode=all). A --config value without "=", or with a
-"/" before its "=", names the client config file, as the global --config
-does elsewhere.`,
+settings (e.g. harvest-mode=all). The global --config FILE still names
+the client config file when FILE exists; any other value must be
+key=value.`,
+		Example: `  muster add-model staging --provider sim --config zones=a,b,c
+  muster add-model web --provider docker
+  muster add-model aws --provider ec2 --config region=eu-west-1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if provider == "" {
@@ -47,10 +54,10 @@ does elsewhere.`,
 				return usageErrorf("bad model name %q: %v", args[0], muster.ErrorMessage(err))
 			}
 			// add-model's own --config (k=v) shadows the global --config
-			// FILE; a value without "=" is taken as the client config file.
+			// FILE: a value naming an existing file is the client config.
 			var kvs []string
 			for _, v := range config {
-				if k, _, ok := strings.Cut(v, "="); ok && !strings.Contains(k, "/") {
+				if fi, err := os.Stat(v); err != nil || !fi.Mode().IsRegular() {
 					kvs = append(kvs, v)
 					continue
 				}
@@ -76,13 +83,15 @@ does elsewhere.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&provider, "provider", "", "provider: sim, docker, ...")
+	cmd.Flags().StringVar(&provider, "provider", "", "provider: sim, docker, ec2 or lxd")
+	cmd.RegisterFlagCompletionFunc("provider", cobra.FixedCompletions([]string{"sim", "docker", "ec2", "lxd"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().StringArrayVar(&config, "config", nil, "provider configuration or model setting key=value (repeatable)")
 	return cmd
 }
 
 func newModelsCmd(o *globalOptions) *cobra.Command {
-	return &cobra.Command{
+	var format string
+	cmd := &cobra.Command{
 		Use:   "models",
 		Short: "List the models; * marks the current one",
 		Args:  cobra.NoArgs,
@@ -96,51 +105,134 @@ func newModelsCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, m := range ms {
-				name := m.Name
-				if m.Name == current || m.UUID == current {
-					name += "*"
-				}
-				var cfg []string
-				for _, k := range sortedKeys(m.Config) {
-					cfg = append(cfg, k+"="+m.Config[k])
-				}
-				rows = append(rows, []string{name, m.Provider, dash(strings.Join(cfg, " ")), m.UUID})
-			}
-			return printTable(cmd.OutOrStdout(), []string{"Model", "Provider", "Config", "UUID"}, rows)
+			header, rows := api.ModelsTable(ms, current)
+			return api.WriteAs(cmd.OutOrStdout(), format, ms, header, rows)
 		},
 	}
+	formatFlag(cmd, &format, api.Formats...)
+	return cmd
 }
 
 func newRemoveModelCmd(o *globalOptions) *cobra.Command {
-	return &cobra.Command{
+	var force, yes, keep bool
+	cmd := &cobra.Command{
 		Use:   "remove-model NAME",
-		Short: "Remove a model that has no machines",
-		Args:  cobra.ExactArgs(1),
+		Short: "Remove a model; --force removes its machines first",
+		Long: `Remove a model that has no machines. With --force its machines are made
+dead at once, their instances stopped (unless --keep-instance) and the
+model removed once they are gone; it asks first unless --yes.`,
+		Example: `  muster remove-model staging
+  muster remove-model staging --force --yes`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeModels(o),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if keep && !force {
+				return usageErrorf("--keep-instance goes with --force")
+			}
 			ctx := cmd.Context()
 			c, _, err := o.connect(ctx)
 			if err != nil {
 				return err
 			}
-			return c.RemoveModel(ctx, args[0])
+			if !force {
+				return c.RemoveModel(ctx, args[0])
+			}
+			if !yes && !confirm(cmd, fmt.Sprintf("Remove model %s and every machine in it", args[0])) {
+				return fmt.Errorf("not removed: not confirmed (--yes confirms)")
+			}
+			return c.RemoveModelForce(ctx, args[0], keep, cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove the model's machines first")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&keep, "keep-instance", false, "with --force, leave the machines' instances running")
+	return cmd
+}
+
+// confirm asks a yes/no question on the command's input.
+func confirm(cmd *cobra.Command, question string) bool {
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s? (y/N): ", question)
+	answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	answer = strings.ToLower(strings.TrimSpace(answer))
+	return answer == "y" || answer == "yes"
+}
+
+func newSwitchCmd(o *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "switch [MODEL]",
+		Short: "Make MODEL the one commands act on; without it, print the current model",
+		Long: `Make MODEL the model commands act on when neither -m nor MUSTER_MODEL
+says otherwise, by recording it in the client config file (as juju
+switch and kubectl config use-context do); without MODEL, print the
+current model.`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeModels(o),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := o.configPath()
+			if err != nil {
+				return err
+			}
+			cc, err := controller.LoadClientConfig(path)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), o.modelName(cc))
+				return nil
+			}
+			ctx := cmd.Context()
+			c, err := dialControllers(ctx, cc)
+			if err != nil {
+				return err
+			}
+			m, err := c.Model(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			from := o.modelName(cc)
+			cc.Model = m.Name
+			if err := cc.Save(path); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s -> %s\n", from, m.Name)
+			if env := os.Getenv("MUSTER_MODEL"); env != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: MUSTER_MODEL=%s still overrides it\n", env)
+			}
+			return nil
 		},
 	}
 }
 
 func newModelConfigCmd(o *globalOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "model-config [KEY | KEY=VALUE...]",
+	var (
+		format string
+		reset  []string
+	)
+	cmd := &cobra.Command{
+		Use:   "model-config [KEY | KEY=VALUE... | --reset KEY,...]",
 		Short: "Show or change the model's settings",
 		Long: `Show or change the model's settings: with no arguments every key and value,
-with KEY its value, with KEY=VALUE... set them (all or none).
+with KEY its value, with KEY=VALUE... set them, with --reset KEY,... put
+them back to their defaults (all or none).
 
 Keys: ` + strings.Join(settingKeyNames(), ", ") + `.`,
+		Example: `  muster model-config retry-count=5 harvest-mode=all
+  muster model-config --reset retry-count,harvest-mode`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var set map[string]string
 			get := ""
 			switch {
+			case len(reset) > 0 && len(args) > 0:
+				return usageErrorf("give KEY=VALUE... or --reset, not both")
+			case len(reset) > 0:
+				set = map[string]string{}
+				for _, k := range reset {
+					i := slices.IndexFunc(muster.SettingKeys, func(s muster.SettingKey) bool { return s.Name == k })
+					if i < 0 {
+						return usageErrorf("bad --reset %q: no such setting (known: %s)", k, strings.Join(settingKeyNames(), ", "))
+					}
+					set[k] = muster.SettingKeys[i].Default
+				}
 			case len(args) == 1 && !strings.Contains(args[0], "="):
 				get = args[0]
 			case len(args) > 0:
@@ -171,18 +263,14 @@ Keys: ` + strings.Join(settingKeyNames(), ", ") + `.`,
 				fmt.Fprintln(w, v)
 				return nil
 			}
-			// Known keys in display order, then any others.
-			var rows [][]string
-			shown := map[string]bool{}
-			for _, k := range append(settingKeyNames(), sortedKeys(cfg)...) {
-				if v, ok := cfg[k]; ok && !shown[k] {
-					shown[k] = true
-					rows = append(rows, []string{k, v})
-				}
-			}
-			return printTable(w, []string{"Key", "Value"}, rows)
+			header, rows := api.SettingsTable(cfg)
+			return api.WriteAs(w, format, cfg, header, rows)
 		},
 	}
+	formatFlag(cmd, &format, api.Formats...)
+	cmd.Flags().StringSliceVar(&reset, "reset", nil, "put these settings back to their defaults (comma-separated)")
+	cmd.RegisterFlagCompletionFunc("reset", cobra.FixedCompletions(settingKeyNames(), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
 }
 
 // settingKeyNames lists the model-config keys.

@@ -11,7 +11,7 @@ func newSimCmd(o *globalOptions) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(
-		newSimServeCmd(),
+		withoutClientFlags(newSimServeCmd()),
 		newSimZonesCmd(o),
 		newSimSetZoneCmd(o),
 		newSimFaultsCmd(o),

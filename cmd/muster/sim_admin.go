@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/sim"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -44,6 +44,7 @@ func (t *simTarget) client(ctx context.Context) (*sim.Client, error) {
 
 func newSimZonesCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
+	var format string
 	cmd := &cobra.Command{
 		Use:   "zones",
 		Short: "List the sim's zones with capacity and use",
@@ -58,20 +59,21 @@ func newSimZonesCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return writeSimZones(cmd.OutOrStdout(), zs)
+			return writeSimZones(cmd.OutOrStdout(), zs, format)
 		},
 	}
+	formatFlag(cmd, &format, api.Formats...)
 	t.addFlag(cmd)
 	return cmd
 }
 
-func writeSimZones(w io.Writer, zs []sim.ZoneState) error {
+func writeSimZones(w io.Writer, zs []sim.ZoneState, format string) error {
 	var rows [][]string
 	for _, z := range zs {
 		rows = append(rows, []string{z.Name, yesNo(z.Available), capacityText(z.Capacity), strconv.Itoa(z.Used),
 			strconv.Itoa(z.Instances), strconv.Itoa(z.FailNext), strconv.FormatFloat(z.ErrorRate, 'g', -1, 64)})
 	}
-	return printTable(w, []string{"Zone", "Available", "Capacity", "Used", "Instances", "Fail-next", "Error-rate"}, rows)
+	return api.WriteAs(w, format, zs, []string{"Zone", "Available", "Capacity", "Used", "Instances", "Fail-next", "Error-rate"}, rows)
 }
 
 func capacityText(c int) string {
@@ -84,14 +86,16 @@ func capacityText(c int) string {
 func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
 	var (
-		available bool
-		capacity  string
+		available, add bool
+		capacity       string
 	)
 	cmd := &cobra.Command{
-		Use:   "set-zone NAME [--available=BOOL] [--capacity CORES]",
-		Short: "Change a sim zone (or add it)",
+		Use:   "set-zone NAME [--available=BOOL] [--capacity CORES] [--add]",
+		Short: "Change a sim zone (or add it, with --add)",
 		Long: `Change a sim zone's availability or capacity in cores (a number, or
-"unlimited"); a zone that does not exist is added.`,
+"unlimited"); with --add a zone that does not exist is added.`,
+		Example: `  muster sim set-zone b --available=false
+  muster sim set-zone d --add --capacity 16`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := muster.CheckName(args[0]); err != nil {
@@ -117,17 +121,46 @@ func newSimSetZoneCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !add {
+				if err := checkSimZone(ctx, sc, args[0], "; --add adds it"); err != nil {
+					return err
+				}
+			}
 			z, err := sc.SetZone(ctx, args[0], u)
 			if err != nil {
 				return err
 			}
-			return writeSimZones(cmd.OutOrStdout(), []sim.ZoneState{z})
+			return writeSimZones(cmd.OutOrStdout(), []sim.ZoneState{z}, "table")
 		},
 	}
 	cmd.Flags().BoolVar(&available, "available", true, "whether the zone is available")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity in cores, or unlimited")
+	cmd.Flags().BoolVar(&add, "add", false, "add the zone if it does not exist")
 	t.addFlag(cmd)
 	return cmd
+}
+
+// setIf points *dst at v when the flag was given.
+func setIf[T any](fl interface{ Changed(string) bool }, name string, dst **T, v *T) {
+	if fl.Changed(name) {
+		*dst = v
+	}
+}
+
+// checkSimZone refuses a zone the sim does not have, naming those it has.
+func checkSimZone(ctx context.Context, sc *sim.Client, zone, hint string) error {
+	zs, err := sc.Zones(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, z := range zs {
+		if z.Name == zone {
+			return nil
+		}
+		names = append(names, z.Name)
+	}
+	return muster.Errorf(muster.ENotFound, "sim has no zone %q (zones: %s)%s", zone, strings.Join(names, ", "), hint)
 }
 
 // parseRate parses BURST/PER_S, e.g. 10/50.
@@ -186,11 +219,15 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
-			edit := sim.FaultEdit{Clear: clear, Zone: zone,
-				StartErrorRate: changed(fl, "start-error-rate", &errRate), FailNext: changed(fl, "fail-next", &failNext),
-				Latency: changed(fl, "latency", &latency), ListingLag: changed(fl, "listing-lag", &listingLag),
-				ReplyDelay: changed(fl, "reply-delay", &replyDelay), LoseReplies: changed(fl, "lose-replies", &loseReplies),
-				QuotaVCPUs: changed(fl, "quota-vcpus", &quotaVCPUs), AgentBootFailureRate: changed(fl, "agent-boot-failure-rate", &bootFail)}
+			edit := sim.FaultEdit{Clear: clear, Zone: zone}
+			setIf(fl, "start-error-rate", &edit.StartErrorRate, &errRate)
+			setIf(fl, "fail-next", &edit.FailNext, &failNext)
+			setIf(fl, "latency", &edit.Latency, &latency)
+			setIf(fl, "listing-lag", &edit.ListingLag, &listingLag)
+			setIf(fl, "reply-delay", &edit.ReplyDelay, &replyDelay)
+			setIf(fl, "lose-replies", &edit.LoseReplies, &loseReplies)
+			setIf(fl, "quota-vcpus", &edit.QuotaVCPUs, &quotaVCPUs)
+			setIf(fl, "agent-boot-failure-rate", &edit.AgentBootFailureRate, &bootFail)
 			if fl.Changed("rate-limit") {
 				bucket, err := parseRate(rate)
 				if err != nil {
@@ -208,12 +245,8 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 			}
 			if zone != "" {
 				// Refuse an unknown zone before changing anything.
-				zs, err := sc.Zones(ctx)
-				if err != nil {
+				if err := checkSimZone(ctx, sc, zone, ""); err != nil {
 					return err
-				}
-				if !slices.ContainsFunc(zs, func(z sim.ZoneState) bool { return z.Name == zone }) {
-					return muster.Errorf(muster.ENotFound, "sim has no zone %q", zone)
 				}
 			}
 			if edit.ChangesFaults() {
@@ -263,6 +296,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	return cmd
 }
 
+// simInstanceJSON is one entry of `muster sim instances --format json`.
+type simInstanceJSON = sim.Listed
+
 func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 	t := &simTarget{o: o}
 	var format string
@@ -271,9 +307,6 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 		Short: "List every instance of the sim",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format, "table", "json"); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			sc, err := t.client(ctx)
 			if err != nil {
@@ -283,23 +316,42 @@ func newSimInstancesCmd(o *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := make([]sim.InstanceSummary, 0, len(is))
+			out := make([]simInstanceJSON, 0, len(is))
 			for _, i := range is {
-				out = append(out, i.Summary())
+				out = append(out, i.Listing())
 			}
-			if format == "json" {
-				return printJSON(cmd.OutOrStdout(), out)
+			if t.endpoint == "" {
+				if err := hideReleased(ctx, o, out); err != nil {
+					return err
+				}
 			}
 			var rows [][]string
 			for _, i := range out {
 				rows = append(rows, []string{i.ID, i.Zone, i.State, dash(i.Machine), shortUUID(i.Model), shortUUID(i.Controller), i.Created})
 			}
-			return printTable(cmd.OutOrStdout(), []string{"Instance", "Zone", "State", "Machine", "Model", "Controller", "Created"}, rows)
+			return api.WriteAs(cmd.OutOrStdout(), format, out, []string{"Instance", "Zone", "State", "Machine", "Model", "Controller", "Created"}, rows)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	formatFlag(cmd, &format, api.Formats...)
 	t.addFlag(cmd)
 	return cmd
+}
+
+// hideReleased clears the machine of the model's instances that their
+// machine no longer records: the tag stays on an instance released by
+// remove-machine --keep-instance, but it is nobody's machine any more.
+func hideReleased(ctx context.Context, o *globalOptions, is []simInstanceJSON) error {
+	c, model, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	uuid, owner, err := c.InstanceOwners(ctx, model)
+	for i, inst := range is {
+		if inst.Model == uuid && owner[inst.ID] != inst.Machine {
+			is[i].Machine = ""
+		}
+	}
+	return err
 }
 
 // shortUUID abbreviates a uuid for tables.

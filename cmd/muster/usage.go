@@ -14,3 +14,13 @@ func isCobraUsageError(err error) bool {
 	}
 	return false
 }
+
+// suggestion puts cobra's typo suggestion ("unknown command … Did you
+// mean this? add-machine", on several lines) on the error's line.
+func suggestion(msg string) string {
+	before, after, ok := strings.Cut(msg, "\n\nDid you mean this?\n")
+	if !ok {
+		return msg
+	}
+	return strings.TrimSpace(before) + `; did you mean "` + strings.Join(strings.Fields(after), `" or "`) + `"?`
+}
