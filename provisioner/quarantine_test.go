@@ -167,6 +167,7 @@ func TestScenario31_BreakerHoldsHarvest(t *testing.T) {
 		t.Errorf("harvest-blocked events %+v, want one naming 6 of 10 (once, not per pass)", blocked)
 	}
 	h.setSettings(func(s *muster.Settings) { s.HarvestMaxFraction = 0.6 })
+	h.waitFor("fraction 0.6 in force", func() bool { return h.p.Settings().HarvestMaxFraction == 0.6 })
 	h.resync()
 	h.waitFor("unknown instances harvested once the fraction allows", func() bool { return len(stoppedIDs(h)) == 6 })
 	got := stoppedIDs(h)
@@ -195,6 +196,10 @@ func TestRestoredOldDatabaseHarvestsNothing(t *testing.T) {
 	// What the older database lacks: machines 4 to 9.
 	db, err := sql.Open("sqlite", h.dbPath)
 	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`PRAGMA busy_timeout = 10000`); err != nil { // the store's own connections may still be closing
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`DELETE FROM machines WHERE model_uuid = ? AND id >= 4`, h.model.UUID); err != nil {
