@@ -113,7 +113,7 @@ func TestE2ERegistrationTimeout(t *testing.T) {
 	if out := tc.ok("sim", "faults", "--agent-boot-failure-rate", "1"); !strings.Contains(out, "agent-boot-fail:  1") {
 		t.Fatalf("sim faults printed:\n%s", out)
 	}
-	tc.ok("add-machine", "--wait")
+	tc.ok("add-machine", "--wait=instances") // its agent never starts
 	first := tc.status().Machines["0"].InstanceID
 	testutil.Eventually(t, "the first instance replaced", func() bool {
 		return strings.Contains(tc.ok("events", "--machine", "0"), "replacing instance "+first+": registration-timeout")
