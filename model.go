@@ -67,6 +67,8 @@ type Settings struct {
 	UnhealthyAfter      time.Duration // agent down this long → replaced (R2); 0 = off (default)
 	MaxUnhealthy        Percent       // more of a group unhealthy than this → no R1/R2 replacement (R3), default 40%
 	MaxInFlight         Percent       // replacements of a group at once, of its size, at least 1 (R3), default 10%
+
+	groups string // per-group overrides of health settings (groupsettings.go)
 }
 
 // Percent is a share in whole percent, 0..100, written "40%".
@@ -149,6 +151,9 @@ func LookupSettingKey(name string) (SettingKey, bool) {
 
 // Get returns the value of key in s, formatted as Set accepts it.
 func (s Settings) Get(key string) (string, error) {
+	if _, _, ok := splitGroupKey(key); ok {
+		return s.GroupSettings()[key], nil
+	}
 	k, ok := LookupSettingKey(key)
 	if !ok {
 		return "", unknownSetting(key)
@@ -173,6 +178,9 @@ func (s Settings) Get(key string) (string, error) {
 // Set parses value for key and stores it in s. On error s is unchanged; the
 // error has code EInvalid and names the key and value.
 func (s *Settings) Set(key, value string) error {
+	if g, name, ok := splitGroupKey(key); ok {
+		return s.setGroup(g, name, value)
+	}
 	k, ok := LookupSettingKey(key)
 	if !ok {
 		return unknownSetting(key)
@@ -185,6 +193,9 @@ func (s Settings) Map() map[string]string {
 	m := make(map[string]string, len(SettingKeys))
 	for _, k := range SettingKeys {
 		m[k.Name], _ = s.Get(k.Name)
+	}
+	for k, v := range s.GroupSettings() {
+		m[k] = v
 	}
 	return m
 }
