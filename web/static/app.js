@@ -277,6 +277,7 @@
     S.provider = st.provider;
     S.harvest = st['harvest-mode'];
     S.perror = st['provisioner-error'] || '';
+    S.remediation = st.remediation || [];
     for (const [name, z] of Object.entries(st.zones || {})) {
       if (!S.zones[name] || S.zones[name].available !== z.available) S.allDirty = true;
       S.zones[name] = { available: z.available };
@@ -368,6 +369,11 @@
     const pe = $('perror');
     pe.textContent = S.perror ? 'Provisioner error: ' + S.perror : '';
     pe.hidden = !S.perror;
+    // Groups whose health remediation the breaker paused (R3).
+    const rem = $('remediation');
+    rem.textContent = (S.remediation || []).map((r) => `${r.group ? 'group ' + r.group : 'machines without a group'}: ` +
+      `remediation paused: ${r.unhealthy} of ${r.total} unhealthy`).join(' · ');
+    rem.hidden = !rem.textContent;
 
     renderColumns(cols);
     renderFeed();
@@ -439,6 +445,8 @@
     const life = m.life !== 'alive' ? m.life : '';
     const group = m.group || 'no group';
     const msg = m['instance-message'] || m['status-message'] || '';
+    // A replacement in flight (R1–R5) says so on its tile.
+    const repl = (m['instance-message'] || '').startsWith('replacing instance');
     return el('button', {
       type: 'button', class: 'tile s-' + st, 'data-id': id, 'data-state': st,
       title: `machine ${id} · ${group} · ${s.label}${msg ? ' · ' + msg : ''}`,
@@ -447,7 +455,8 @@
     el('span', { class: 'tid', text: id }),
     el('span', { class: 'tgrp', text: group }),
     el('span', { class: 'tst' }, el('span', { class: 'ic', 'aria-hidden': 'true', text: s.icon }), ' ' + s.label),
-    life ? el('span', { class: 'tlife', text: life }) : null);
+    life ? el('span', { class: 'tlife', text: life }) : null,
+    repl ? el('span', { class: 'trepl', text: '⟳ replacing' }) : null);
   }
 
   function renderFeed() {
