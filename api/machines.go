@@ -401,7 +401,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s.cfg.Runtime != nil {
 		st.ProvisionerError = s.cfg.Runtime.ProvisionerError(m.UUID)
-		st.Remediation = s.remediation(m.UUID)
+		s.fleetStatus(&st, m.UUID)
 	}
 	counts := map[string]int{} // of the machines asked for
 	for _, mc := range ms {

@@ -79,6 +79,7 @@ type Status struct {
 	Machines         map[string]MachineStatus `json:"machines"`
 	Zones            map[string]ZoneStatus    `json:"zones"`
 	Remediation      []RemediationPause       `json:"remediation,omitempty"` // groups whose remediation is paused (R3)
+	Replacing        map[string]string        `json:"replacing,omitempty"`   // machine id → reason of its replacement in flight
 }
 
 // MachineStatus is one machine in Status.

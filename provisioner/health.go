@@ -109,6 +109,10 @@ func (p *Provisioner) forgetHealth(id string) {
 	}
 	delete(p.health, id)
 	delete(p.autoReplaced, id)
+	if p.replacing[id] != nil { // not alive any more: the H rules take its instances
+		delete(p.replacing, id)
+		p.publishReplacing()
+	}
 }
 
 func (p *Provisioner) overdue(e *healthEntry, now time.Time) bool {

@@ -30,3 +30,17 @@ func TestDashboardShowsRemediationPaused(t *testing.T) {
 		t.Fatalf("status lacks %q:\n%s", want, out)
 	}
 }
+
+// TestDashboardShowsReplacement: while a machine is replaced (R1, starts
+// slowed to 2s), its tile names the reason (MUSTER_TEST_BROWSER=1).
+func TestDashboardShowsReplacement(t *testing.T) {
+	tc, ctx := openDashboard(t)
+	tc.ok("model-config", "registration-timeout=2s")
+	tc.ok("sim", "faults", "--agent-boot-failure-rate", "1")
+	tc.ok("add-machine", "--wait")
+	tc.ok("sim", "faults", "--latency", "2s")
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`[...document.querySelectorAll('#zones .tile .trepl')].some(e => e.textContent === '⟳ registration-timeout')`)); err != nil {
+		text, _ := chromedp.Run(context.Background(), chromedp.Text(chromedp.CSS(`main`)))
+		t.Fatalf("waiting for a tile marked as replaced: %v; page:\n%s", err, text)
+	}
+}

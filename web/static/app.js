@@ -278,6 +278,11 @@
     S.harvest = st['harvest-mode'];
     S.perror = st['provisioner-error'] || '';
     S.remediation = st.remediation || [];
+    const wasReplacing = S.replacing || {};
+    S.replacing = st.replacing || {};
+    for (const id of new Set([...Object.keys(wasReplacing), ...Object.keys(S.replacing)])) {
+      if (wasReplacing[id] !== S.replacing[id] && S.col.has(id)) S.dirtyCols.add(S.col.get(id));
+    }
     for (const [name, z] of Object.entries(st.zones || {})) {
       if (!S.zones[name] || S.zones[name].available !== z.available) S.allDirty = true;
       S.zones[name] = { available: z.available };
@@ -445,8 +450,8 @@
     const life = m.life !== 'alive' ? m.life : '';
     const group = m.group || 'no group';
     const msg = m['instance-message'] || m['status-message'] || '';
-    // A replacement in flight (R1–R5) says so on its tile.
-    const repl = (m['instance-message'] || '').startsWith('replacing instance');
+    // A replacement in flight (R1–R5) says so on its tile, with its reason.
+    const repl = (S.replacing || {})[id] || '';
     return el('button', {
       type: 'button', class: 'tile s-' + st, 'data-id': id, 'data-state': st,
       title: `machine ${id} · ${group} · ${s.label}${msg ? ' · ' + msg : ''}`,
@@ -456,7 +461,7 @@
     el('span', { class: 'tgrp', text: group }),
     el('span', { class: 'tst' }, el('span', { class: 'ic', 'aria-hidden': 'true', text: s.icon }), ' ' + s.label),
     life ? el('span', { class: 'tlife', text: life }) : null,
-    repl ? el('span', { class: 'trepl', text: '⟳ replacing' }) : null);
+    repl ? el('span', { class: 'trepl', text: '⟳ ' + repl }) : null);
   }
 
   function renderFeed() {
