@@ -69,6 +69,8 @@ type Settings struct {
 	MaxInFlight         Percent       // replacements of a group at once, of its size, at least 1 (R3), default 10%
 	HarvestQuarantine   time.Duration // unknown instances are stopped and kept this long before termination (R6); 0 = off
 	HarvestMaxFraction  float64       // most of the live instances one pass may harvest as unknown (R7), default 0.5
+
+	groups string // per-group overrides of health settings (groupsettings.go)
 }
 
 // Percent is a share in whole percent, 0..100, written "40%".
@@ -155,6 +157,9 @@ func LookupSettingKey(name string) (SettingKey, bool) {
 
 // Get returns the value of key in s, formatted as Set accepts it.
 func (s Settings) Get(key string) (string, error) {
+	if _, _, ok := splitGroupKey(key); ok {
+		return s.GroupSettings()[key], nil
+	}
 	k, ok := LookupSettingKey(key)
 	if !ok {
 		return "", unknownSetting(key)
@@ -179,6 +184,9 @@ func (s Settings) Get(key string) (string, error) {
 // Set parses value for key and stores it in s. On error s is unchanged; the
 // error has code EInvalid and names the key and value.
 func (s *Settings) Set(key, value string) error {
+	if g, name, ok := splitGroupKey(key); ok {
+		return s.setGroup(g, name, value)
+	}
 	k, ok := LookupSettingKey(key)
 	if !ok {
 		return unknownSetting(key)
@@ -191,6 +199,9 @@ func (s Settings) Map() map[string]string {
 	m := make(map[string]string, len(SettingKeys))
 	for _, k := range SettingKeys {
 		m[k.Name], _ = s.Get(k.Name)
+	}
+	for k, v := range s.GroupSettings() {
+		m[k] = v
 	}
 	return m
 }

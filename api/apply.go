@@ -83,6 +83,9 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.applyGroupSettings(ctx, m, req.Groups, req.DryRun); err != nil {
+		return err
+	}
 	templates := planDrift(plans, ts, ms, req.Replace)
 	for i, t := range ts {
 		if err := s.checkOffered(m, t); err != nil && plans[i].Add > 0 {

@@ -59,6 +59,9 @@ func ParseFleet(data []byte) (ApplyRequest, error) {
 		if _, err := muster.NewMachineTemplate(g.Constraints, g.Name, g.Base, "", g.Storage); err != nil {
 			return ApplyRequest{}, fmt.Errorf("%s: %v", where, err)
 		}
+		if _, err := g.withSettings(muster.DefaultSettings()); err != nil {
+			return ApplyRequest{}, fmt.Errorf("%s: %s", where, muster.ErrorMessage(err))
+		}
 	}
 	return ApplyRequest{Groups: f.Groups}, nil
 }

@@ -45,6 +45,8 @@ func TestParseFleetErrors(t *testing.T) {
 		{"bad storage", "groups:\n- name: a\n  storage: [data]", `bad storage "data"`},
 		{"bad base", "groups:\n- name: a\n  base: ubuntu", `bad base "ubuntu"`},
 		{"not yaml", "{{{", "fleet file"},
+		{"bad max-unhealthy", "groups:\n- name: a\n  max-unhealthy: 140%", `group "a": bad max-unhealthy "140%": want between 0% and 100%`},
+		{"bad unhealthy-after", "groups:\n- name: a\n  unhealthy-after: soon", `bad unhealthy-after "soon"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,6 +83,7 @@ func FuzzParseFleet(f *testing.F) {
 	f.Add([]byte("groups:\n- name: web\n  count: 3\n  constraints: cores=2\n  storage: [data=1G]\n"))
 	f.Add([]byte("groups: [{name: a, count: 1}]"))
 	f.Add([]byte("{}"))
+	f.Add([]byte("groups:\n- name: g\n  unhealthy-after: 30s\n  max-unhealthy: 40%\n  max-in-flight: 2\n  registration-timeout: 0s\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fl, err := api.ParseFleet(data)
 		if err != nil {
@@ -92,6 +95,13 @@ func FuzzParseFleet(f *testing.F) {
 		for _, g := range fl.Groups {
 			if _, err := muster.NewMachineTemplate(g.Constraints, g.Name, g.Base, "", g.Storage); err != nil {
 				t.Fatalf("accepted group %q has a bad template: %v", g.Name, err)
+			}
+			s := muster.DefaultSettings()
+			for k, v := range map[string]string{"registration-timeout": g.RegistrationTimeout, "unhealthy-after": g.UnhealthyAfter,
+				"max-unhealthy": g.MaxUnhealthy, "max-in-flight": g.MaxInFlight} {
+				if err := s.Set(muster.GroupSettingKey(g.Name, k), v); err != nil {
+					t.Fatalf("accepted group %q has a bad %s %q: %v", g.Name, k, v, err)
+				}
 			}
 		}
 	})

@@ -24,6 +24,9 @@ type FleetRuntime interface {
 	// ReplaceDrifted replaces the named machines as a rolling update
 	// (R5): launch before stop, within max-in-flight.
 	ReplaceDrifted(ctx context.Context, modelUUID string, ids []string) error
+	// Replacing returns the machines being replaced, with the reason of
+	// each; none for a model another controller runs.
+	Replacing(modelUUID string) map[string]string
 }
 
 // RemediationPause is a group whose remediation is paused (R3); Group ""
@@ -70,12 +73,11 @@ func (s *Server) fleetRuntime() (FleetRuntime, error) {
 	return nil, muster.Errorf(muster.EUnavailable, "this controller does not replace machines")
 }
 
-// remediation is the status's paused groups.
-func (s *Server) remediation(modelUUID string) []RemediationPause {
+// fleetStatus fills in the status's paused groups and replacements.
+func (s *Server) fleetStatus(st *Status, modelUUID string) {
 	if fr, ok := s.cfg.Runtime.(FleetRuntime); ok {
-		return fr.Remediation(modelUUID)
+		st.Remediation, st.Replacing = fr.Remediation(modelUUID), fr.Replacing(modelUUID)
 	}
-	return nil
 }
 
 func (s *Server) handleRebalance(w http.ResponseWriter, r *http.Request) error {

@@ -420,7 +420,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s.cfg.Runtime != nil {
 		st.ProvisionerError = s.cfg.Runtime.ProvisionerError(m.UUID)
-		st.Remediation = s.remediation(m.UUID)
+		s.fleetStatus(&st, m.UUID)
 		if hr, ok := s.cfg.Runtime.(HarvestRuntime); ok {
 			if plan, err := hr.HarvestPlan(r.Context(), m.UUID); err == nil {
 				st.HarvestBreaker = plan.Breaker

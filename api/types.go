@@ -81,6 +81,7 @@ type Status struct {
 	Machines         map[string]MachineStatus `json:"machines"`
 	Zones            map[string]ZoneStatus    `json:"zones"`
 	Remediation      []RemediationPause       `json:"remediation,omitempty"` // groups whose remediation is paused (R3)
+	Replacing        map[string]string        `json:"replacing,omitempty"`   // machine id → reason of its replacement in flight
 }
 
 // MachineStatus is one machine in Status.
@@ -186,6 +187,11 @@ type FleetGroup struct {
 	Constraints string   `json:"constraints,omitempty" yaml:"constraints"`
 	Base        string   `json:"base,omitempty" yaml:"base"`
 	Storage     []string `json:"storage,omitempty" yaml:"storage"`
+	// Health settings of the group (SPEC R1–R3); empty = the model's.
+	RegistrationTimeout string `json:"registration-timeout,omitempty" yaml:"registration-timeout"`
+	UnhealthyAfter      string `json:"unhealthy-after,omitempty" yaml:"unhealthy-after"`
+	MaxUnhealthy        string `json:"max-unhealthy,omitempty" yaml:"max-unhealthy"`
+	MaxInFlight         string `json:"max-in-flight,omitempty" yaml:"max-in-flight"`
 }
 
 // ApplyRequest is the body of POST /v1/models/{model}/apply. Groups not

@@ -60,3 +60,12 @@ func (c *Controller) ReplaceDrifted(ctx context.Context, modelUUID string, ids [
 	}
 	return p.ReplaceDrifted(ctx, ids)
 }
+
+// Replacing returns the machines being replaced, with their reasons.
+func (c *Controller) Replacing(modelUUID string) map[string]string {
+	p, err := c.provisionerOf(modelUUID)
+	if err != nil {
+		return nil
+	}
+	return p.Replacing()
+}

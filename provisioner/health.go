@@ -88,7 +88,7 @@ func (p *Provisioner) observeHealth(ms []muster.Machine) {
 			}
 			e = &healthEntry{cond: c, since: now}
 			p.health[m.ID] = e
-			if due, _ := deadline(e, p.settings.Load(), now); !due.IsZero() && (p.healthNext.IsZero() || due.Before(p.healthNext)) {
+			if due, _ := deadline(e, p.groupSettings(m.Group), now); !due.IsZero() && (p.healthNext.IsZero() || due.Before(p.healthNext)) {
 				p.armHealth(due)
 			}
 		}
@@ -109,11 +109,22 @@ func (p *Provisioner) forgetHealth(id string) {
 	}
 	delete(p.health, id)
 	delete(p.autoReplaced, id)
+	if p.replacing[id] != nil { // not alive any more: the H rules take its instances
+		delete(p.replacing, id)
+		p.publishReplacing()
+	}
 }
 
 func (p *Provisioner) overdue(e *healthEntry, now time.Time) bool {
-	_, unhealthy := deadline(e, p.settings.Load(), now)
+	_, unhealthy := deadline(e, p.groupSettings(e.m.Group), now)
 	return unhealthy
+}
+
+// groupSettings returns the settings in force for a group (fleet files may
+// override the health settings per group).
+func (p *Provisioner) groupSettings(group string) *muster.Settings {
+	s := p.settings.Load().ForGroup(group)
+	return &s
 }
 
 // remediateIfDirty runs remediate when what it decides on may have
@@ -141,6 +152,7 @@ func deadline(e *healthEntry, s *muster.Settings, now time.Time) (due time.Time,
 
 // groupStat is one group's health for R3.
 type groupStat struct {
+	s                          *muster.Settings // in force for the group
 	total, unhealthy, inflight int
 	due                        []*healthEntry
 }
@@ -148,25 +160,25 @@ type groupStat struct {
 // breakerOpen reports whether more of the group is unhealthy than
 // max-unhealthy allows (R3). One machine alone never opens it: a storm
 // takes two, and a group of one or two could otherwise never be healed.
-func (g *groupStat) breakerOpen(s *muster.Settings) bool {
-	return g.unhealthy > 1 && g.unhealthy*100 > int(s.MaxUnhealthy)*g.total
+func (g *groupStat) breakerOpen() bool {
+	return g.unhealthy > 1 && g.unhealthy*100 > int(g.s.MaxUnhealthy)*g.total
 }
 
 // budget is how many more replacements the group may start (R3).
-func (g *groupStat) budget(s *muster.Settings) int {
-	return max(1, s.MaxInFlight.Of(g.total)) - g.inflight
+func (g *groupStat) budget() int {
+	return max(1, g.s.MaxInFlight.Of(g.total)) - g.inflight
 }
 
 // groupStats counts every group's machines, unhealthy machines and
 // replacements in flight, lists the machines due for R1/R2 and returns
 // the next deadline still to come.
-func (p *Provisioner) groupStats(s *muster.Settings, now time.Time) (map[string]*groupStat, time.Time) {
+func (p *Provisioner) groupStats(now time.Time) (map[string]*groupStat, time.Time) {
 	stats := map[string]*groupStat{}
 	var next time.Time
 	for id, e := range p.health {
 		g := stats[e.m.Group]
 		if g == nil {
-			g = &groupStat{}
+			g = &groupStat{s: p.groupSettings(e.m.Group)}
 			stats[e.m.Group] = g
 		}
 		g.total++
@@ -174,7 +186,7 @@ func (p *Provisioner) groupStats(s *muster.Settings, now time.Time) (map[string]
 		if rep != nil {
 			g.inflight++
 		}
-		due, unhealthy := deadline(e, s, now)
+		due, unhealthy := deadline(e, g.s, now)
 		if unhealthy {
 			g.unhealthy++
 		}
@@ -203,9 +215,8 @@ func (p *Provisioner) groupStats(s *muster.Settings, now time.Time) (map[string]
 // max-in-flight leaves, and arms the timer for the next deadline.
 func (p *Provisioner) remediate(ctx context.Context) error {
 	p.healthDirty = false
-	s := p.settings.Load()
 	now := p.clock.Now()
-	stats, next := p.groupStats(s, now)
+	stats, next := p.groupStats(now)
 	groups := make([]string, 0, len(stats))
 	for g := range stats {
 		groups = append(groups, g)
@@ -219,7 +230,8 @@ func (p *Provisioner) remediate(ctx context.Context) error {
 	)
 	for _, name := range groups {
 		g := stats[name]
-		if g.breakerOpen(s) {
+		s := g.s
+		if g.breakerOpen() {
 			pause := RemediationPause{Group: name, Unhealthy: g.unhealthy, Total: g.total}
 			pauses = append(pauses, pause)
 			if _, was := p.paused[name]; !was {
@@ -241,7 +253,7 @@ func (p *Provisioner) remediate(ctx context.Context) error {
 			}
 			return muster.MachineIDLess(g.due[i].m.ID, g.due[j].m.ID)
 		})
-		budget := g.budget(s)
+		budget := g.budget()
 		for _, e := range g.due {
 			if budget <= 0 {
 				break

@@ -259,3 +259,32 @@ func TestMaxInFlightBoundsReplacements(t *testing.T) {
 		h.onlyInstance(id)
 	}
 }
+
+// TestGroupSettingsOverride: unhealthy-after off for the model and 30s for
+// group g (as a fleet file sets it): only g's down machine is replaced.
+func TestGroupSettingsOverride(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withSettings(func(s *muster.Settings) {
+		if err := s.Set(muster.GroupSettingKey("g", "unhealthy-after"), "30s"); err != nil {
+			t.Fatal(err)
+		}
+	}))
+	h.start()
+	h.add(1, muster.MachineTemplate{Group: "g"})
+	h.add(1, muster.MachineTemplate{})
+	for _, id := range []string{"0", "1"} {
+		h.waitFor("machine "+id+" running", h.running(id))
+	}
+	h.started("0", "1")
+	before0, before1 := h.machine("0").InstanceID(), h.machine("1").InstanceID()
+	h.setStatus(muster.StatusDown, "0", "1")
+	h.quiesce()
+	h.clock.Advance(time.Minute)
+	h.waitFor("machine 0 replaced", func() bool { return h.machine("0").InstanceID() != before0 })
+	h.quiesce()
+	h.clock.Advance(time.Hour)
+	h.quiesce()
+	if got := h.machine("1").InstanceID(); got != before1 {
+		t.Fatalf("ungrouped machine 1 replaced (%s → %s) with unhealthy-after off for the model", before1, got)
+	}
+}

@@ -171,7 +171,6 @@ func (p *Provisioner) startMoves(ctx context.Context, stats map[string]*groupSta
 	if len(p.moves) == 0 {
 		return nil
 	}
-	s := p.settings.Load()
 	var (
 		ms   []muster.Machine
 		reps []*replacement
@@ -188,7 +187,7 @@ func (p *Provisioner) startMoves(ctx context.Context, stats map[string]*groupSta
 				keep = append(keep, mv) // busy: later
 			}
 			continue
-		case g.budget(s) <= 0:
+		case g.budget() <= 0:
 			keep = append(keep, mv)
 			continue
 		}

@@ -85,6 +85,12 @@ func TestScenario28_RebalanceLaunchBeforeStop(t *testing.T) {
 		if got := len(h.prov.startCalls()); got != 7+i {
 			t.Fatalf("got %d starts while move %d waits, want %d (one move at a time)", got, i+1, 7+i)
 		}
+		// A full pass meanwhile does not take the old instance for a
+		// duplicate (C3): it is kept until the new one is started.
+		h.resync()
+		if _, ok := h.cloudInstances()[before[id]]; !ok {
+			t.Fatalf("machine %s: old instance %s stopped by a full pass while its move waits", id, before[id])
+		}
 		h.started(id)
 		h.waitFor("old instance of "+id+" stopped", func() bool { _, ok := h.cloudInstances()[before[id]]; return !ok })
 	}

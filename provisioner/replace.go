@@ -3,7 +3,7 @@ package provisioner
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -70,10 +70,11 @@ type fleetHealth struct {
 	replacing   map[string]*replacement // machine id → replacement in flight
 	// autoReplaced counts a machine's R1/R2 replacements since it was
 	// last started; retry-count bounds it.
-	autoReplaced map[string]int
-	paused       map[string]RemediationPause // groups whose breaker is open (R3)
-	moves        []move                      // moves waiting for max-in-flight (R4, R5)
-	remediation  atomic.Pointer[[]RemediationPause]
+	autoReplaced  map[string]int
+	paused        map[string]RemediationPause // groups whose breaker is open (R3)
+	moves         []move                      // moves waiting for max-in-flight (R4, R5)
+	remediation   atomic.Pointer[[]RemediationPause]
+	replacingView atomic.Pointer[map[string]string] // Replacing
 }
 
 func newFleetHealth() fleetHealth {
@@ -148,6 +149,7 @@ func (p *Provisioner) startReplacements(ctx context.Context, ms []muster.Machine
 		evs = append(evs, p.newEvent(j.id, "replace", msg))
 		p.log.Info("replacing instance", "machine", j.id, "instance", r.old, "reason", r.reason, "why", r.why)
 	}
+	p.publishReplacing()
 	p.appendEvents(ctx, evs...)
 	p.submitStarts(queued)
 	return nil
@@ -164,6 +166,7 @@ func (p *Provisioner) replacementStarted(r startResult) {
 	}
 	if r.inst == nil {
 		delete(p.replacing, id) // failed, aborted or dead meanwhile
+		p.publishReplacing()
 		return
 	}
 	rep.newInst = r.inst.ID
@@ -213,6 +216,7 @@ func (p *Provisioner) handleReplaceStopped(ctx context.Context, r replaceStopped
 	}
 	if p.replacing[r.id] == r.rep {
 		delete(p.replacing, r.id)
+		p.publishReplacing()
 	}
 	return p.remediate(ctx) // a place in max-in-flight is free
 }
@@ -276,29 +280,23 @@ func (p *Provisioner) adoptable(machineID string) []muster.Instance {
 	return out
 }
 
-// Replacement is a replacement in flight, as Replacements reports it.
-type Replacement struct {
-	MachineID   string
-	Reason      string
-	Old         string
-	New         string // "" until the new instance is recorded
-	Zone        string // the zone moved to, for a move
-	LaunchFirst bool
+// Replacing returns the machines being replaced, with the reason of each
+// (R1–R5). Safe for concurrent use.
+func (p *Provisioner) Replacing() map[string]string {
+	if v := p.replacingView.Load(); v != nil {
+		return maps.Clone(*v)
+	}
+	return nil
 }
 
-// Replacements returns the replacements in flight, by machine id. Safe for
-// concurrent use (it asks the loop); ENotFound-free: an empty list when
-// none.
-func (p *Provisioner) Replacements(ctx context.Context) ([]Replacement, error) {
-	var out []Replacement
-	err := p.ask(ctx, func(context.Context) error {
-		for id, r := range p.replacing {
-			out = append(out, Replacement{MachineID: id, Reason: r.reason, Old: r.old, New: r.newInst, Zone: r.zone, LaunchFirst: r.launchFirst})
-		}
-		return nil
-	})
-	sort.Slice(out, func(i, j int) bool { return muster.MachineIDLess(out[i].MachineID, out[j].MachineID) })
-	return out, err
+// publishReplacing refreshes what Replacing returns; called by the loop
+// whenever replacing changes.
+func (p *Provisioner) publishReplacing() {
+	v := make(map[string]string, len(p.replacing))
+	for id, r := range p.replacing {
+		v[id] = r.reason
+	}
+	p.replacingView.Store(&v)
 }
 
 // ask runs fn on the loop and waits for it; EUnavailable when the

@@ -96,7 +96,7 @@ func scanModel(sc interface{ Scan(...any) error }) (muster.Model, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if _, known := muster.LookupSettingKey(k); !known {
+		if !muster.KnownSetting(k) {
 			continue // written by a newer muster; keep the default
 		}
 		if err := m.Settings.Set(k, kv[k]); err != nil {

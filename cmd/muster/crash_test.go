@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -197,12 +198,20 @@ func TestCrashKilledControllerC4(t *testing.T) {
 		t.Skip("builds and runs real processes; skipped with -short")
 	}
 	for _, batch := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batch-starts=%v", batch), func(t *testing.T) { testCrashKilledController(t, batch) })
+		t.Run(fmt.Sprintf("batch-starts=%v", batch), func(t *testing.T) { testCrashKilledController(t, batch, false) })
 	}
+	// Replacements in flight (R1): no agent ever registers (a sim model on
+	// a served sim runs none) and registration-timeout is 3s, so machines
+	// are replaced again and again while the controller is killed; the
+	// timeout is then switched off and C4 checked as above.
+	t.Run("replacements", func(t *testing.T) { testCrashKilledController(t, true, true) })
 }
 
-func testCrashKilledController(t *testing.T, batch bool) {
+func testCrashKilledController(t *testing.T, batch, replace bool) {
 	machines := envInt(t, "MUSTER_CRASH_MACHINES", 100)
+	if replace {
+		machines = max(3, machines/3)
+	}
 	kills := envInt(t, "MUSTER_CRASH_KILLS", 3)
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("MUSTER_CRASH_SEED"); v != "" {
@@ -222,6 +231,9 @@ func testCrashKilledController(t *testing.T, batch bool) {
 	cli("sim", "faults", "--endpoint", simURL, "--latency", "100ms")
 	cli("add-model", "crash", "--provider", "sim", "--config", "endpoint="+simURL,
 		"--config", fmt.Sprintf("batch-starts=%v", batch), "--config", "num-provision-workers=4")
+	if replace {
+		cli("-m", "crash", "model-config", "registration-timeout=3s", "max-unhealthy=100%", "max-in-flight=50%", "retry-count=100")
+	}
 	// Three groups of different shapes.
 	per := machines / 3
 	counts := []int{per, per, machines - 2*per}
@@ -231,6 +243,12 @@ func testCrashKilledController(t *testing.T, batch bool) {
 		}
 	}
 
+	if replace {
+		testutil.Eventually(t, "replacements under way", func() bool {
+			code, out, _ := runCLI(t, "--config", config, "-m", "crash", "events")
+			return code == 0 && strings.Count(out, "replacing instance") >= machines/4
+		})
+	}
 	for k := 0; k < kills; k++ {
 		time.Sleep(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
 		if code, out, _ := runCLI(t, "--config", config, "-m", "crash", "status", "--format", "json"); code == 0 {
@@ -247,6 +265,9 @@ func testCrashKilledController(t *testing.T, batch bool) {
 		ctrl.kill()
 		ctrl = pt.startController()
 	}
+	if replace {
+		cli("-m", "crash", "model-config", "registration-timeout=0s")
+	}
 
 	// Convergence: every machine's instance running.
 	var st api.StatusScript
@@ -260,7 +281,9 @@ func testCrashKilledController(t *testing.T, batch bool) {
 					running++
 				}
 			}
-			if running == machines {
+			// With replacements, converged also means none in flight: the
+			// sim holds one instance per machine.
+			if running == machines && (!replace || len(simInstancesOf(t, simURL)) == machines) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -314,4 +337,13 @@ func testCrashKilledController(t *testing.T, batch bool) {
 	}
 	t.Logf("converged: %d machines, %d instances; sim started %d, stopped %d, start calls %d",
 		len(st.Machines), len(insts), stats.InstancesStarted, stats.InstancesStopped, stats.Calls[sim.CallStart])
+}
+
+// simInstancesOf lists a served sim's instances.
+func simInstancesOf(tb testing.TB, simURL string) []sim.Instance {
+	insts, err := sim.NewClient(simURL, nil).Instances(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return insts
 }

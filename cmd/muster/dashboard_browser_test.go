@@ -12,10 +12,11 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestDashboardDemoFleetInBrowser opens the URL of `muster dashboard` of a
-// real controller in headless chromium, applies the demo fleet and watches
-// the page reach "all running" without a reload (MUSTER_TEST_BROWSER=1).
-func TestDashboardDemoFleetInBrowser(t *testing.T) {
+// openDashboard starts a controller and opens its dashboard in headless
+// chromium (MUSTER_TEST_BROWSER=1), marking the page (window.musterMark =
+// 7) so that a test can tell it was not reloaded.
+func openDashboard(t *testing.T) (*testController, context.Context) {
+	t.Helper()
 	if os.Getenv("MUSTER_TEST_BROWSER") != "1" {
 		t.Skip("set MUSTER_TEST_BROWSER=1 to run the dashboard in headless chromium (Debian package chromium)")
 	}
@@ -34,14 +35,14 @@ func TestDashboardDemoFleetInBrowser(t *testing.T) {
 		chromedp.WindowSize(1280, 900),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	t.Cleanup(cancelBrowser)
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute) // guards against a hang only
-	defer cancel()
+	t.Cleanup(cancel)
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS(`#conn.live`))); err != nil {
 		t.Fatalf("open %s: %v", u, err)
@@ -49,6 +50,14 @@ func TestDashboardDemoFleetInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.musterMark = 7`)); err != nil {
 		t.Fatal(err)
 	}
+	return tc, ctx
+}
+
+// TestDashboardDemoFleetInBrowser opens the URL of `muster dashboard` of a
+// real controller in headless chromium, applies the demo fleet and watches
+// the page reach "all running" without a reload (MUSTER_TEST_BROWSER=1).
+func TestDashboardDemoFleetInBrowser(t *testing.T) {
+	tc, ctx := openDashboard(t)
 	tc.ok("apply", "-f", "demo_fleet.yaml")
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('#zones .tile').length === 12 &&
 		document.getElementById('progress-text').textContent === 'All 12 machines running'`)); err != nil {

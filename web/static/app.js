@@ -277,6 +277,12 @@
     S.provider = st.provider;
     S.harvest = st['harvest-mode'];
     S.perror = st['provisioner-error'] || '';
+    S.remediation = st.remediation || [];
+    const wasReplacing = S.replacing || {};
+    S.replacing = st.replacing || {};
+    for (const id of new Set([...Object.keys(wasReplacing), ...Object.keys(S.replacing)])) {
+      if (wasReplacing[id] !== S.replacing[id] && S.col.has(id)) S.dirtyCols.add(S.col.get(id));
+    }
     for (const [name, z] of Object.entries(st.zones || {})) {
       if (!S.zones[name] || S.zones[name].available !== z.available) S.allDirty = true;
       S.zones[name] = { available: z.available };
@@ -368,6 +374,11 @@
     const pe = $('perror');
     pe.textContent = S.perror ? 'Provisioner error: ' + S.perror : '';
     pe.hidden = !S.perror;
+    // Groups whose health remediation the breaker paused (R3).
+    const rem = $('remediation');
+    rem.textContent = (S.remediation || []).map((r) => `${r.group ? 'group ' + r.group : 'machines without a group'}: ` +
+      `remediation paused: ${r.unhealthy} of ${r.total} unhealthy`).join(' · ');
+    rem.hidden = !rem.textContent;
 
     renderColumns(cols);
     renderFeed();
@@ -439,6 +450,8 @@
     const life = m.life !== 'alive' ? m.life : '';
     const group = m.group || 'no group';
     const msg = m['instance-message'] || m['status-message'] || '';
+    // A replacement in flight (R1–R5) says so on its tile, with its reason.
+    const repl = (S.replacing || {})[id] || '';
     return el('button', {
       type: 'button', class: 'tile s-' + st, 'data-id': id, 'data-state': st,
       title: `machine ${id} · ${group} · ${s.label}${msg ? ' · ' + msg : ''}`,
@@ -447,7 +460,8 @@
     el('span', { class: 'tid', text: id }),
     el('span', { class: 'tgrp', text: group }),
     el('span', { class: 'tst' }, el('span', { class: 'ic', 'aria-hidden': 'true', text: s.icon }), ' ' + s.label),
-    life ? el('span', { class: 'tlife', text: life }) : null);
+    life ? el('span', { class: 'tlife', text: life }) : null,
+    repl ? el('span', { class: 'trepl', text: '⟳ ' + repl }) : null);
   }
 
   function renderFeed() {
