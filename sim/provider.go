@@ -2,8 +2,8 @@ package sim
 
 import (
 	"context"
-	"time"
 	"slices"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -113,6 +113,7 @@ func (p *Provider) DeriveZones(ctx context.Context, sp muster.StartParams) ([]st
 // EnrolsBatches implements muster.BatchEnroller: the sim signs its
 // instances' identity documents, so batch-started agents enrol (SPEC §4).
 func (p *Provider) EnrolsBatches() bool { return true }
+
 var _ muster.Offerer = (*Provider)(nil)
 
 // Offerings are the sim's instance types and bases, which every sim has.
