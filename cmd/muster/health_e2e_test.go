@@ -110,7 +110,7 @@ func TestE2ERebalance(t *testing.T) {
 func TestE2ERegistrationTimeout(t *testing.T) {
 	tc := startController(t, "")
 	tc.ok("model-config", "registration-timeout=3s")
-	if out := tc.ok("sim", "faults", "--agent-boot-failure-rate", "1"); !strings.Contains(out, "agent-boot-fail:  1") {
+	if out := tc.ok("sim", "agents", "--boot-failure-rate", "1"); !strings.Contains(out, "agent-boot-fail:  1") {
 		t.Fatalf("sim faults printed:\n%s", out)
 	}
 	tc.ok("add-machine", "--wait=instances") // its agent never starts
@@ -118,7 +118,7 @@ func TestE2ERegistrationTimeout(t *testing.T) {
 	testutil.Eventually(t, "the first instance replaced", func() bool {
 		return strings.Contains(tc.ok("events", "--machine", "0"), "replacing instance "+first+": registration-timeout")
 	})
-	tc.ok("sim", "faults", "--agent-boot-failure-rate", "0")
+	tc.ok("sim", "agents", "--boot-failure-rate", "0")
 	testutil.Eventually(t, "machine 0 started on a second instance", func() bool {
 		st := tc.status()
 		m := st.Machines["0"]
@@ -195,7 +195,7 @@ func TestE2EUnhealthyAfterStopAgent(t *testing.T) {
 	tc.ok("add-machine", "-n", "2", "--wait")
 	testutil.Eventually(t, "2 machines started", func() bool { return startedOn(tc.status(), tc.simInstances()) })
 	first := tc.status().Machines["1"].InstanceID
-	if code, _, errOut := tc.cli("sim", "faults", "--stop-agent", "i-nope"); code != 1 || !strings.Contains(errOut, "i-nope") {
+	if code, _, errOut := tc.cli("sim", "agents", "--stop", "i-nope"); code != 1 || !strings.Contains(errOut, "i-nope") {
 		t.Fatalf("unknown instance: exit %d, stderr %q", code, errOut)
 	}
 	tc.ok("sim", "faults", "--stop-agent", first)

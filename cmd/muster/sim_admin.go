@@ -198,8 +198,9 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 		stopAgent               string
 	)
 	cmd := &cobra.Command{
-		Use:   "faults",
-		Short: "Show or script the sim's faults",
+		Use:     "faults",
+		Aliases: []string{"agents"}, // muster sim agents --boot-failure-rate F --stop ID
+		Short:   "Show or script the sim's faults, simulated agents included",
 		Long: `Show the sim's faults, or change them:
 
   --clear                 remove every fault (applied first)
@@ -215,7 +216,11 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
                           the same idempotency token it gets the same instance)
   --quota-vcpus N         the region's vCPU quota: a start beyond it fails
                           with a quota error in every zone (0 for none)
-  --agent-boot-failure-rate F, --stop-agent ID  script the simulated agents`,
+  --agent-boot-failure-rate F  probability 0..1 that a new instance's
+                          simulated agent never boots (--boot-failure-rate)
+  --stop-agent ID         that instance's agent stops heartbeating (--stop)
+
+` + "`muster sim agents`" + ` is this command.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
@@ -292,6 +297,15 @@ func newSimFaultsCmd(o *globalOptions) *cobra.Command {
 	fl.IntVar(&quotaVCPUs, "quota-vcpus", 0, "the region's vCPU quota: starts beyond it fail with a quota error (0 for none)")
 	fl.Float64Var(&bootFail, "agent-boot-failure-rate", 0, "probability 0..1 that a new instance's simulated agent never boots")
 	fl.StringVar(&stopAgent, "stop-agent", "", "stop the simulated agent of this instance (it stops heartbeating)")
+	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		switch name { // the names `muster sim agents` takes
+		case "boot-failure-rate":
+			name = "agent-boot-failure-rate"
+		case "stop":
+			name = "stop-agent"
+		}
+		return pflag.NormalizedName(name)
+	})
 	t.addFlag(cmd)
 	return cmd
 }
