@@ -145,8 +145,18 @@ func newAgent(cfg muster.AgentConfig, opts Options) (*agent, error) {
 		opts.Addresses = InterfaceAddresses
 	}
 	a := &agent{cfg: cfg, opts: opts, clock: opts.Clock, log: opts.Logger.With("machine", cfg.Machine)}
+	hc := opts.HTTPClient
+	if hc == nil && cfg.CACert != "" {
+		// One transport for every address: the connection in use stays
+		// open from one heartbeat to the next.
+		tr, err := agentTransport([]byte(cfg.CACert))
+		if err != nil {
+			return nil, muster.Errorf(muster.EInvalid, "agent of machine %s: %v", cfg.Machine, err)
+		}
+		hc = &http.Client{Transport: tr}
+	}
 	for _, addr := range cfg.APIAddresses {
-		c, err := api.NewClient(api.ClientConfig{URL: addr, CACert: []byte(cfg.CACert), HTTPClient: opts.HTTPClient})
+		c, err := api.NewClient(api.ClientConfig{URL: addr, CACert: []byte(cfg.CACert), HTTPClient: hc})
 		if err != nil {
 			return nil, fmt.Errorf("agent of machine %s: %w", cfg.Machine, err)
 		}
@@ -257,7 +267,9 @@ func (a *agent) serve(ctx context.Context, s session) error {
 		return err
 	}
 	b.reset()
-	wait := s.period
+	// The first heartbeat comes anywhere in the first period, so agents
+	// that logged in together (a controller restart) do not beat in step.
+	wait := firstHeartbeat(s.period)
 	for {
 		if err := a.sleep(ctx, wait); err != nil {
 			return err
@@ -272,7 +284,7 @@ func (a *agent) serve(ctx context.Context, s session) error {
 				return err
 			}
 			b.reset()
-			wait = s.period
+			wait = nextHeartbeat(s.period)
 			continue
 		}
 		if ctx.Err() != nil || needsLogin(err) {
@@ -364,6 +376,19 @@ func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
 		hw.AvailabilityZone = seen.AvailabilityZone
 	}
 	return hw
+}
+
+// firstHeartbeat draws the wait before a session's first heartbeat from
+// (0, period].
+func firstHeartbeat(period time.Duration) time.Duration {
+	return 1 + rand.N(period)
+}
+
+// nextHeartbeat draws the wait between heartbeats from [0.9, 1] periods:
+// never later than the period the controller counts missed beats by, and
+// agents that happen to beat together drift apart.
+func nextHeartbeat(period time.Duration) time.Duration {
+	return period - rand.N(period/10+1)
 }
 
 func (a *agent) sleep(ctx context.Context, d time.Duration) error {

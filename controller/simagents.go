@@ -11,7 +11,6 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/agent"
-	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -53,18 +52,15 @@ type simAgents struct {
 type simAgent struct{ cancel context.CancelFunc }
 
 func newSimAgents(env ProviderEnv) (*simAgents, error) {
-	tlsCfg, err := auth.ClientTLSConfig(env.CACert)
+	hc, err := agent.SharedHTTPClient(env.CACert)
 	if err != nil {
 		return nil, err
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsCfg
-	tr.MaxIdleConnsPerHost = 64
 	ctx, cancel := context.WithCancel(context.Background())
 	return &simAgents{
 		store: env.Store, modelUUID: env.Model.UUID, apiURL: env.APIURL, caCert: string(env.CACert),
 		clock: env.Clock, bootDelay: env.SimAgentBootDelay, log: env.Logger.With("component", "sim-agents"),
-		hc:  &http.Client{Transport: tr},
+		hc:  hc,
 		ctx: ctx, cancel: cancel, running: map[string]*simAgent{},
 	}, nil
 }
