@@ -167,6 +167,7 @@ func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) er
 		if err := s.store.UpdateMachines(r.Context(), m.UUID, us); err != nil {
 			return err
 		}
+		s.hb.setLives(m.UUID, us)
 	}
 	s.appendEvents(r.Context(), es)
 	writeJSON(w, http.StatusOK, MachineIDs{IDs: ids})
@@ -226,6 +227,7 @@ func (s *Server) handleRetryProvisioning(w http.ResponseWriter, r *http.Request)
 		if err := s.store.UpdateMachines(r.Context(), m.UUID, us); err != nil {
 			return err
 		}
+		s.hb.setLives(m.UUID, us)
 	}
 	s.appendEvents(r.Context(), es)
 	writeJSON(w, http.StatusOK, MachineIDs{IDs: ids})

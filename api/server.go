@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,6 +104,8 @@ type Server struct {
 
 	sessions   sync.Map // token hash → *agentSession
 	hb         *heartbeats
+	agentReqs  atomic.Int64 // requests to the agent endpoints
+	hbFlushes  atomic.Int64 // heartbeat batches written
 	dash       *dashboard
 	streams    streamCounts
 	authFail   *authFailures
@@ -370,7 +373,22 @@ func (s *Server) adminOrDashboard(h handlerFunc) http.Handler {
 }
 
 func (s *Server) agentOnly(h handlerFunc) http.Handler {
-	return s.guard(h, false, func(p principal) bool { return p.agent != nil })
+	g := s.guard(h, false, func(p principal) bool { return p.agent != nil })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.agentReqs.Add(1)
+		g.ServeHTTP(w, r)
+	})
+}
+
+// AgentStats counts what agents have cost the server since it was made.
+type AgentStats struct {
+	Requests        int64 // to the agent endpoints, logins included
+	HeartbeatWrites int64 // batches of heartbeats written (one transaction per model each)
+}
+
+// AgentStats returns the server's agent counters; safe for concurrent use.
+func (s *Server) AgentStats() AgentStats {
+	return AgentStats{Requests: s.agentReqs.Load(), HeartbeatWrites: s.hbFlushes.Load()}
 }
 
 func (s *Server) guard(h handlerFunc, cookie bool, allowed func(principal) bool) http.Handler {
