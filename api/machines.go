@@ -383,12 +383,25 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	after, limit, paged, err := pageQuery(r)
+	if err != nil {
+		return err
+	}
+	if paged && ids != nil {
+		return muster.Errorf(muster.EInvalid, "give either machines or after/limit, not both")
+	}
 	m, err := s.model(r)
 	if err != nil {
 		return err
 	}
+	if ids == nil {
+		if !paged {
+			limit = 0 // the whole model
+		}
+		return s.streamStatus(w, r, m, after, limit)
+	}
 	var ms []muster.Machine
-	if ids == nil || len(ids) > 0 {
+	if len(ids) > 0 {
 		ms, err = s.store.Machines(r.Context(), m.UUID, ids)
 		if err != nil {
 			return err

@@ -171,6 +171,7 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/models/{model}/config", a(s.handleModelConfig))
 	m.Handle("PATCH /v1/models/{model}/config", a(s.handleSetModelConfig))
 	m.Handle("POST /v1/models/{model}/machines", a(s.handleAddMachines))
+	m.Handle("GET /v1/models/{model}/machines", rd(s.handleMachines))
 	m.Handle("GET /v1/models/{model}/machines/{id}", rd(s.handleShowMachine))
 	m.Handle("POST /v1/models/{model}/remove-machines", a(s.handleRemoveMachines))
 	m.Handle("POST /v1/models/{model}/retry-provisioning", a(s.handleRetryProvisioning))

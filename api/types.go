@@ -78,6 +78,9 @@ type Status struct {
 	ProvisionerError string                   `json:"provisioner-error"`
 	Machines         map[string]MachineStatus `json:"machines"`
 	Zones            map[string]ZoneStatus    `json:"zones"`
+	// Next, in a page of the status (after= or limit=), is the after= of
+	// the next page, "" on the last one; nil for the whole status.
+	Next *string `json:"next,omitempty"`
 }
 
 // MachineStatus is one machine in Status.
