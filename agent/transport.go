@@ -9,7 +9,7 @@ import (
 
 // SharedConns is how many connections SharedHTTPClient keeps to one
 // controller address.
-const SharedConns = 16
+const SharedConns = 64
 
 // idleConnTimeout keeps an agent's connection open across heartbeats;
 // the controller closes it first after its own idle timeout.

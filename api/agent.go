@@ -154,8 +154,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	s.hb.addSession(hash, sess)
 	s.hb.beat(sess)
 	s.hb.setLife(sess.modelUUID, mc.ID, mc.Life)
-	s.appendEvents(ctx, []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
-		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}})
+	login := muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
+		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}
+	if err := s.agentWrites.write(ctx, m.UUID, nil, login); err != nil {
+		s.logger.Error("append events", "model", m.UUID, "kind", login.Kind, "err", err)
+	}
 	writeJSON(w, http.StatusOK, LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()})
 	return nil
 }
@@ -270,7 +273,7 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 		}
 		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg})
 	}
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, es...); err != nil {
+	if err := s.agentWrites.write(ctx, sess.modelUUID, &u, es...); err != nil {
 		return err
 	}
 	s.hb.beat(sess)

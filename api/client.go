@@ -123,6 +123,10 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return &muster.Error{Code: muster.EInternal, Message: fmt.Sprintf("decode answer to %s %s: %v", method, path, err), Err: err}
 	}
+	// Read to the end (the answer's closing newline): a body closed
+	// before its end closes the connection instead of keeping it for
+	// the next request.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return nil
 }
 

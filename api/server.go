@@ -102,14 +102,15 @@ type Server struct {
 		readAt time.Time // when hash was read from the store
 	}
 
-	sessions   sync.Map // token hash → *agentSession
-	hb         *heartbeats
-	agentReqs  atomic.Int64 // requests to the agent endpoints
-	hbFlushes  atomic.Int64 // heartbeat batches written
-	dash       *dashboard
-	streams    streamCounts
-	authFail   *authFailures
-	sessionKey []byte
+	sessions    sync.Map // token hash → *agentSession
+	hb          *heartbeats
+	agentWrites *agentWrites
+	agentReqs   atomic.Int64 // requests to the agent endpoints
+	hbFlushes   atomic.Int64 // heartbeat batches written
+	dash        *dashboard
+	streams     streamCounts
+	authFail    *authFailures
+	sessionKey  []byte
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -143,6 +144,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.admin.hash, s.admin.readAt = cfg.AdminTokenHash, cfg.Clock.Now()
 	s.hb = newHeartbeats(s)
+	s.agentWrites = newAgentWrites(cfg.Store)
 	s.sessionKey = cfg.SessionKey
 	if s.sessionKey == nil {
 		s.sessionKey = []byte(muster.NewSecret())
