@@ -140,7 +140,7 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		select {
 		case <-ctx.Done():
 			return run, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	run.CPUSeconds = round2(cpuSeconds() - cpu0)
