@@ -441,7 +441,9 @@ func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
 	u := muster.MachineUpdate{ID: mc.ID, Status: muster.Ptr(muster.StatusStarted), StatusMessage: muster.Ptr("")}
 	up := muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
 		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, up); err != nil {
+	// With the other agents' writes: after an outage thousands of
+	// machines come back up at once.
+	if err := s.agentWrites.write(ctx, sess.modelUUID, &u, up); err != nil {
 		return err
 	}
 	s.logger.Info("machine up again", "model", sess.modelName, "machine", mc.ID)
