@@ -336,15 +336,12 @@ func (a *agent) checkLife(ctx context.Context, s session, life string) error {
 	}
 }
 
-// reportStarted sets the machine started with its hardware and addresses;
-// what the agent cannot tell keeps the provider's recorded values. It
-// returns the machine's life.
+// reportStarted sets the machine started with its hardware and addresses
+// in one request; what the agent cannot tell (zero hardware fields, no
+// addresses) keeps the provider's recorded values, which the controller
+// merges in. It returns the machine's life.
 func (a *agent) reportStarted(ctx context.Context, s session) (string, error) {
-	cur, err := s.client.AgentMachine(ctx, s.model, a.cfg.Machine)
-	if err != nil {
-		return "", err
-	}
-	hw := mergeHardware(cur.Hardware, a.opts.Hardware())
+	hw := a.opts.Hardware()
 	u := api.AgentUpdate{
 		Status:        muster.Ptr(string(muster.StatusStarted)),
 		StatusMessage: muster.Ptr(""),
@@ -355,27 +352,6 @@ func (a *agent) reportStarted(ctx context.Context, s session) (string, error) {
 	}
 	am, err := s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, u)
 	return am.Life, err
-}
-
-// mergeHardware overlays what the agent measured on what was recorded.
-func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
-	hw := recorded
-	if seen.Arch != "" {
-		hw.Arch = seen.Arch
-	}
-	if seen.Cores != 0 {
-		hw.Cores = seen.Cores
-	}
-	if seen.Mem != 0 {
-		hw.Mem = seen.Mem
-	}
-	if seen.RootDisk != 0 {
-		hw.RootDisk = seen.RootDisk
-	}
-	if seen.AvailabilityZone != "" {
-		hw.AvailabilityZone = seen.AvailabilityZone
-	}
-	return hw
 }
 
 // firstHeartbeat draws the wait before a session's first heartbeat from

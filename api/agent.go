@@ -181,6 +181,28 @@ func (s *Server) agentMachine(r *http.Request) (*agentSession, muster.Machine, e
 	return sess, mc, nil
 }
 
+// mergeHardware overlays what an agent measured on what was recorded: a
+// zero field keeps the recorded value.
+func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
+	hw := recorded
+	if seen.Arch != "" {
+		hw.Arch = seen.Arch
+	}
+	if seen.Cores != 0 {
+		hw.Cores = seen.Cores
+	}
+	if seen.Mem != 0 {
+		hw.Mem = seen.Mem
+	}
+	if seen.RootDisk != 0 {
+		hw.RootDisk = seen.RootDisk
+	}
+	if seen.AvailabilityZone != "" {
+		hw.AvailabilityZone = seen.AvailabilityZone
+	}
+	return hw
+}
+
 func (s *Server) checkOwn(r *http.Request) (*agentSession, error) {
 	sess := principalOf(r.Context()).agent
 	model, id := r.PathValue("model"), r.PathValue("id")
@@ -249,6 +271,10 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	sess, mc, err := s.agentMachine(r)
 	if err != nil {
 		return err
+	}
+	if req.Hardware != nil && mc.Instance != nil {
+		// Zero fields keep what the provider recorded.
+		u.Hardware = muster.Ptr(mergeHardware(mc.Instance.Hardware, *req.Hardware))
 	}
 	if req.Life != nil {
 		if *req.Life != string(muster.LifeDead) {

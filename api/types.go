@@ -232,7 +232,8 @@ type AgentMachine struct {
 }
 
 // AgentUpdate is the body of PUT /v1/agent/models/{model}/machines/{id}.
-// Nil fields are left alone. Status may be started, stopped or error.
+// Nil fields are left alone, and so are zero fields of Hardware (the
+// recorded value stays). Status may be started, stopped or error.
 // Life may only be "dead", and only once the machine is dying: the agent
 // makes its machine dead when it has cleaned up, as Juju's machiner does.
 type AgentUpdate struct {
