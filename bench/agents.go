@@ -11,6 +11,7 @@ import (
 
 	"github.com/musterhq/muster/api"
 	"github.com/musterhq/muster/controller"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // agentsBootDelay is the simulated instances' boot delay: the controller's
@@ -110,37 +111,34 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 	if _, err := cl.AddMachines(ctx, "default", api.AddMachinesRequest{Count: n}); err != nil {
 		return run, err
 	}
-	done := func(st api.Status) int {
-		k := 0
-		for _, m := range st.Machines {
-			if simAgents && m.Status == "started" || !simAgents && m.InstanceStatus == "running" {
-				k++
-			}
-		}
-		return k
+	// Convergence is watched on muster_machines (the provisioner's counts,
+	// O(1) to read); the status is read every statusEvery, as a user
+	// watching it would, for its latency.
+	want := [2]string{"instance_status", "running"}
+	if simAgents {
+		want = [2]string{"status", "started"}
 	}
-	deadline := start.Add(timeout)
+	deadline, nextStatus := start.Add(timeout), start
 	for {
-		t0 := time.Now()
-		st, err := cl.Status(ctx, "default")
-		d := time.Since(t0).Seconds()
-		run.WorstStatusSeconds = max(run.WorstStatusSeconds, d)
+		if time.Now().After(nextStatus) {
+			run.readStatus(ctx, cl)
+			nextStatus = time.Now().Add(statusEvery)
+		}
+		k, err := machineCount(c.Metrics(), want[0], want[1])
 		if err != nil {
-			if ctx.Err() != nil {
-				return run, ctx.Err()
-			}
-			run.StatusFailures++
-		} else if done(st) == n {
+			return run, err
+		}
+		if k >= n {
 			run.Seconds = round3(time.Since(start).Seconds())
 			break
 		}
 		if time.Now().After(deadline) {
-			return run, fmt.Errorf("not converged after %s: %d of %d", timeout, done(st), n)
+			return run, fmt.Errorf("not converged after %s: %d of %d", timeout, k, n)
 		}
 		select {
 		case <-ctx.Done():
 			return run, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	run.CPUSeconds = round2(cpuSeconds() - cpu0)
@@ -149,16 +147,11 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		s0 := c.AgentStats()
 		t0 := time.Now()
 		for time.Since(t0) < steady {
-			st0 := time.Now()
-			_, err := cl.Status(ctx, "default")
-			run.WorstStatusSeconds = max(run.WorstStatusSeconds, time.Since(st0).Seconds())
-			if err != nil {
-				run.StatusFailures++
-			}
+			run.readStatus(ctx, cl)
 			select {
 			case <-ctx.Done():
 				return run, ctx.Err()
-			case <-time.After(time.Second):
+			case <-time.After(statusEvery):
 			}
 		}
 		s1 := c.AgentStats()
@@ -169,6 +162,42 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 	run.WorstStatusSeconds = round3(run.WorstStatusSeconds)
 	run.ProvisionerRestarts, run.Down = logs.restarts(), logs.count("machine down")
 	return run, nil
+}
+
+// statusEvery is how often a run reads the status.
+const statusEvery = time.Second
+
+// readStatus reads the status as `muster status` does and notes how long
+// it took and whether it failed.
+func (run *AgentsRun) readStatus(ctx context.Context, cl *api.Client) {
+	t0 := time.Now()
+	_, err := cl.Status(ctx, "default")
+	run.WorstStatusSeconds = max(run.WorstStatusSeconds, time.Since(t0).Seconds())
+	if err != nil && ctx.Err() == nil {
+		run.StatusFailures++
+	}
+}
+
+// machineCount sums muster_machines over the series whose label is value.
+func machineCount(g prometheus.Gatherer, label, value string) (int, error) {
+	fams, err := g.Gather()
+	if err != nil {
+		return 0, err
+	}
+	n := 0.0
+	for _, f := range fams {
+		if f.GetName() != "muster_machines" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					n += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return int(n), nil
 }
 
 // cpuSeconds is the process's CPU time so far.
