@@ -240,6 +240,9 @@ type Machine struct {
 
 	Created time.Time
 	Updated time.Time
+	// LastSeen is when the controller last wrote down that the machine's
+	// agent showed up (heartbeats, written in batches); zero for never.
+	LastSeen time.Time
 }
 
 // HasInstance reports whether an instance is recorded for m.

@@ -87,6 +87,16 @@ type MachineStore interface {
 	// Machines returns the named machines that exist, in id order; nil ids
 	// means every machine of the model.
 	Machines(ctx context.Context, modelUUID string, ids []string) ([]Machine, error)
+	// MachinesPage returns at most limit machines whose ids come after
+	// the id after ("" for the first page), in id order: a model's
+	// machines read in pages with bounded memory. EInvalid for an after
+	// that is not a machine id or a limit under 1.
+	MachinesPage(ctx context.Context, modelUUID, after string, limit int) ([]Machine, error)
+	// RecordHeartbeats sets the LastSeen of the named machines that exist
+	// to at, in one transaction that neither changes Updated nor appears
+	// in the change log (nothing waits for heartbeats), and returns the
+	// life of each of them; missing ids are left out.
+	RecordHeartbeats(ctx context.Context, modelUUID string, ids []string, at time.Time) (map[string]Life, error)
 	// UpdateMachines applies the updates in one transaction: all or none.
 	// ENotFound for a missing machine, EInvalid for a life that would move
 	// backward or a bad status.

@@ -162,8 +162,18 @@ func newAgent(cfg muster.AgentConfig, opts Options) (*agent, error) {
 		opts.Addresses = InterfaceAddresses
 	}
 	a := &agent{cfg: cfg, opts: opts, clock: opts.Clock, log: opts.Logger.With("machine", cfg.Machine)}
+	hc := opts.HTTPClient
+	if hc == nil && cfg.CACert != "" {
+		// One transport for every address: the connection in use stays
+		// open from one heartbeat to the next.
+		tr, err := agentTransport([]byte(cfg.CACert))
+		if err != nil {
+			return nil, muster.Errorf(muster.EInvalid, "agent of machine %s: %v", cfg.Machine, err)
+		}
+		hc = &http.Client{Transport: tr}
+	}
 	for _, addr := range cfg.APIAddresses {
-		c, err := api.NewClient(api.ClientConfig{URL: addr, CACert: []byte(cfg.CACert), HTTPClient: opts.HTTPClient})
+		c, err := api.NewClient(api.ClientConfig{URL: addr, CACert: []byte(cfg.CACert), HTTPClient: hc})
 		if err != nil {
 			return nil, fmt.Errorf("agent of machine %s: %w", cfg.Machine, err)
 		}
@@ -274,7 +284,9 @@ func (a *agent) serve(ctx context.Context, s session) error {
 		return err
 	}
 	b.reset()
-	wait := s.period
+	// The first heartbeat comes anywhere in the first period, so agents
+	// that logged in together (a controller restart) do not beat in step.
+	wait := firstHeartbeat(s.period)
 	for {
 		if err := a.sleep(ctx, wait); err != nil {
 			return err
@@ -289,7 +301,7 @@ func (a *agent) serve(ctx context.Context, s session) error {
 				return err
 			}
 			b.reset()
-			wait = s.period
+			wait = nextHeartbeat(s.period)
 			continue
 		}
 		if ctx.Err() != nil || needsLogin(err) {
@@ -341,15 +353,12 @@ func (a *agent) checkLife(ctx context.Context, s session, life string) error {
 	}
 }
 
-// reportStarted sets the machine started with its hardware and addresses;
-// what the agent cannot tell keeps the provider's recorded values. It
-// returns the machine's life.
+// reportStarted sets the machine started with its hardware and addresses
+// in one request; what the agent cannot tell (zero hardware fields, no
+// addresses) keeps the provider's recorded values, which the controller
+// merges in. It returns the machine's life.
 func (a *agent) reportStarted(ctx context.Context, s session) (string, error) {
-	cur, err := s.client.AgentMachine(ctx, s.model, a.cfg.Machine)
-	if err != nil {
-		return "", err
-	}
-	hw := mergeHardware(cur.Hardware, a.opts.Hardware())
+	hw := a.opts.Hardware()
 	u := api.AgentUpdate{
 		Status:        muster.Ptr(string(muster.StatusStarted)),
 		StatusMessage: muster.Ptr(""),
@@ -362,25 +371,17 @@ func (a *agent) reportStarted(ctx context.Context, s session) (string, error) {
 	return am.Life, err
 }
 
-// mergeHardware overlays what the agent measured on what was recorded.
-func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
-	hw := recorded
-	if seen.Arch != "" {
-		hw.Arch = seen.Arch
-	}
-	if seen.Cores != 0 {
-		hw.Cores = seen.Cores
-	}
-	if seen.Mem != 0 {
-		hw.Mem = seen.Mem
-	}
-	if seen.RootDisk != 0 {
-		hw.RootDisk = seen.RootDisk
-	}
-	if seen.AvailabilityZone != "" {
-		hw.AvailabilityZone = seen.AvailabilityZone
-	}
-	return hw
+// firstHeartbeat draws the wait before a session's first heartbeat from
+// (0, period].
+func firstHeartbeat(period time.Duration) time.Duration {
+	return 1 + rand.N(period)
+}
+
+// nextHeartbeat draws the wait between heartbeats from [0.9, 1] periods:
+// never later than the period the controller counts missed beats by, and
+// agents that happen to beat together drift apart.
+func nextHeartbeat(period time.Duration) time.Duration {
+	return period - rand.N(period/10+1)
 }
 
 func (a *agent) sleep(ctx context.Context, d time.Duration) error {

@@ -105,6 +105,7 @@ func trim(s string) string {
 type sessionKey struct{ model, machine string }
 
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
+	s.agentReqs.Add(1)
 	if err := s.login(w, r); err != nil {
 		s.fail(w, r, err)
 	}
@@ -152,8 +153,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.hb.addSession(hash, sess)
 	s.hb.beat(sess)
-	s.appendEvents(ctx, []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
-		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}})
+	s.hb.setLife(sess.modelUUID, mc.ID, mc.Life)
+	login := muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
+		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}
+	if err := s.agentWrites.write(ctx, m.UUID, nil, login); err != nil {
+		s.logger.Error("append events", "model", m.UUID, "kind", login.Kind, "err", err)
+	}
 	writeJSON(w, http.StatusOK, LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()})
 	return nil
 }
@@ -174,6 +179,28 @@ func (s *Server) agentMachine(r *http.Request) (*agentSession, muster.Machine, e
 		return nil, muster.Machine{}, muster.Errorf(muster.ENotProvisioned, "machine %s was provisioned again; log in again", mc.ID)
 	}
 	return sess, mc, nil
+}
+
+// mergeHardware overlays what an agent measured on what was recorded: a
+// zero field keeps the recorded value.
+func mergeHardware(recorded, seen muster.Hardware) muster.Hardware {
+	hw := recorded
+	if seen.Arch != "" {
+		hw.Arch = seen.Arch
+	}
+	if seen.Cores != 0 {
+		hw.Cores = seen.Cores
+	}
+	if seen.Mem != 0 {
+		hw.Mem = seen.Mem
+	}
+	if seen.RootDisk != 0 {
+		hw.RootDisk = seen.RootDisk
+	}
+	if seen.AvailabilityZone != "" {
+		hw.AvailabilityZone = seen.AvailabilityZone
+	}
+	return hw
 }
 
 func (s *Server) checkOwn(r *http.Request) (*agentSession, error) {
@@ -245,6 +272,10 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	if req.Hardware != nil && mc.Instance != nil {
+		// Zero fields keep what the provider recorded.
+		u.Hardware = muster.Ptr(mergeHardware(mc.Instance.Hardware, *req.Hardware))
+	}
 	if req.Life != nil {
 		if *req.Life != string(muster.LifeDead) {
 			return muster.Errorf(muster.EInvalid, "bad life %q: an agent may only make its machine dead", *req.Life)
@@ -268,7 +299,7 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 		}
 		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg})
 	}
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, es...); err != nil {
+	if err := s.agentWrites.write(ctx, sess.modelUUID, &u, es...); err != nil {
 		return err
 	}
 	s.hb.beat(sess)
@@ -276,6 +307,7 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	s.hb.setLife(sess.modelUUID, mc.ID, mc.Life)
 	writeJSON(w, http.StatusOK, agentMachineInfo(mc, s.sessionPeriod(ctx, sess)))
 	return nil
 }
@@ -292,11 +324,10 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	mc, err := s.store.Machine(ctx, sess.modelUUID, sess.machineID)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, HeartbeatResult{Heartbeat: s.sessionPeriod(ctx, sess).String(), Life: string(mc.Life)})
+	// The life comes from memory: the flusher reads it back with every
+	// batch of heartbeats it writes, and this server's own life changes
+	// (remove-machine, apply, the agent's own writes) set it at once.
+	writeJSON(w, http.StatusOK, HeartbeatResult{Heartbeat: s.sessionPeriod(ctx, sess).String(), Life: string(s.hb.life(sess))})
 	return nil
 }
 
@@ -320,14 +351,22 @@ func (s *Server) sessionPeriod(ctx context.Context, sess *agentSession) time.Dur
 	return m.Settings.AgentHeartbeat
 }
 
-// heartbeats tracks when each machine's agent last showed up and sets
-// machines down that stay silent (SPEC §4).
+// HeartbeatFlushEvery is how often the heartbeats received since the last
+// flush are written to the store: one transaction per model per interval
+// (SPEC §4), whatever the number of agents.
+const HeartbeatFlushEvery = time.Second
+
+// heartbeats tracks when each machine's agent last showed up, in memory,
+// and sets machines down that stay silent (SPEC §4). Heartbeats are
+// written to the store in batches (last seen), which also read back the
+// machines' lives that heartbeats answer with.
 type heartbeats struct {
 	s *Server
 
 	mu        sync.Mutex
 	beats     map[sessionKey]*beat
 	byMachine map[sessionKey]string // → token hash of the newest session
+	dirty     map[sessionKey]bool   // beaten since the last flush
 	kick      chan struct{}
 }
 
@@ -335,10 +374,41 @@ type beat struct {
 	last   time.Time
 	period time.Duration
 	down   bool
+	life   muster.Life // as last read or set; "" until known
 }
 
 func newHeartbeats(s *Server) *heartbeats {
-	return &heartbeats{s: s, beats: map[sessionKey]*beat{}, byMachine: map[sessionKey]string{}, kick: make(chan struct{}, 1)}
+	return &heartbeats{s: s, beats: map[sessionKey]*beat{}, byMachine: map[sessionKey]string{},
+		dirty: map[sessionKey]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// life returns the machine's life as the monitor knows it, alive when it
+// does not know it.
+func (h *heartbeats) life(sess *agentSession) muster.Life {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b := h.beats[sessionKey{sess.modelUUID, sess.machineID}]; b != nil && b.life != "" {
+		return b.life
+	}
+	return muster.LifeAlive
+}
+
+// setLife records a machine's life that this server read or wrote.
+func (h *heartbeats) setLife(model, id string, life muster.Life) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b := h.beats[sessionKey{model, id}]; b != nil {
+		b.life = life
+	}
+}
+
+// setLives records the lives that updates us of a model set.
+func (h *heartbeats) setLives(model string, us []muster.MachineUpdate) {
+	for _, u := range us {
+		if u.Life != nil {
+			h.setLife(model, u.ID, *u.Life)
+		}
+	}
 }
 
 // addSession registers a login, revoking the machine's earlier token.
@@ -372,8 +442,10 @@ func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
 	wasDown = b.down
 	shorter := period < b.period // read under the lock, before it is replaced
 	b.last, b.period, b.down = now, period, false
+	firstDirty := len(h.dirty) == 0
+	h.dirty[k] = true
 	h.mu.Unlock()
-	if !ok || wasDown || shorter {
+	if !ok || wasDown || shorter || firstDirty {
 		select {
 		case h.kick <- struct{}{}:
 		default:
@@ -395,23 +467,40 @@ func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
 	u := muster.MachineUpdate{ID: mc.ID, Status: muster.Ptr(muster.StatusStarted), StatusMessage: muster.Ptr("")}
 	up := muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "up",
 		Message: fmt.Sprintf("machine %s heartbeats resumed", mc.ID)}
-	if err := s.store.UpdateMachines(ctx, sess.modelUUID, []muster.MachineUpdate{u}, up); err != nil {
+	// With the other agents' writes: after an outage thousands of
+	// machines come back up at once.
+	if err := s.agentWrites.write(ctx, sess.modelUUID, &u, up); err != nil {
 		return err
 	}
 	s.logger.Info("machine up again", "model", sess.modelName, "machine", mc.ID)
 	return nil
 }
 
-// run watches deadlines until ctx ends. Machines already started when it
-// begins count as having just heartbeaten, so a controller restart sets
-// down those whose agents never come back.
+// run watches deadlines and flushes heartbeats every HeartbeatFlushEvery
+// until ctx ends. Machines already started when it begins count as having
+// just heartbeaten, so a controller restart sets down those whose agents
+// never come back.
 func (h *heartbeats) run(ctx context.Context) {
 	h.adoptStarted(ctx)
+	var flushAt time.Time // the next flush is due then
 	for {
 		now := h.s.clock.Now()
+		if !now.Before(flushAt) {
+			if h.flush(ctx, now) {
+				flushAt = now.Add(HeartbeatFlushEvery)
+			} else {
+				flushAt = time.Time{} // nothing to flush: at the next beat
+			}
+		}
 		var due []sessionKey
 		var next time.Time
 		h.mu.Lock()
+		if !flushAt.IsZero() || len(h.dirty) > 0 {
+			if flushAt.IsZero() {
+				flushAt = now.Add(HeartbeatFlushEvery)
+			}
+			next = flushAt
+		}
 		for k, b := range h.beats {
 			if b.down || b.period <= 0 {
 				continue
@@ -510,22 +599,7 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 			es = append(es, muster.Event{ModelUUID: model, MachineID: mc.ID, Actor: "controller", Kind: "down",
 				Message: fmt.Sprintf("machine %s down: %s", mc.ID, msg)})
 		}
-		// Machines removed meanwhile: forget them and revoke their tokens.
-		var revoked []string
-		h.mu.Lock()
-		for _, id := range ids {
-			if k := (sessionKey{model, id}); !found[id] {
-				delete(h.beats, k)
-				if hash, ok := h.byMachine[k]; ok {
-					revoked = append(revoked, hash)
-					delete(h.byMachine, k)
-				}
-			}
-		}
-		h.mu.Unlock()
-		for _, hash := range revoked {
-			s.sessions.Delete(hash)
-		}
+		h.forgetMissing(model, ids, func(id string) bool { return found[id] })
 		if len(us) == 0 {
 			continue
 		}
@@ -543,4 +617,70 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 			s.logger.Info("machine down", "model", model, "machine", e.MachineID)
 		}
 	}
+}
+
+// forgetMissing forgets the machines of ids that are not found (removed
+// meanwhile) and revokes their agents' tokens.
+func (h *heartbeats) forgetMissing(model string, ids []string, found func(id string) bool) {
+	var revoked []string
+	h.mu.Lock()
+	for _, id := range ids {
+		if k := (sessionKey{model, id}); !found(id) {
+			delete(h.beats, k)
+			delete(h.dirty, k)
+			if hash, ok := h.byMachine[k]; ok {
+				revoked = append(revoked, hash)
+				delete(h.byMachine, k)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, hash := range revoked {
+		h.s.sessions.Delete(hash)
+	}
+}
+
+// flush writes the heartbeats received since the last flush, as last
+// seen at now, in one transaction per model, and takes the machines'
+// lives from it. It reports whether there was anything to write. A
+// model whose write fails is tried again at the next flush.
+func (h *heartbeats) flush(ctx context.Context, now time.Time) bool {
+	h.mu.Lock()
+	if len(h.dirty) == 0 {
+		h.mu.Unlock()
+		return false
+	}
+	byModel := map[string][]string{}
+	for k := range h.dirty {
+		byModel[k.model] = append(byModel[k.model], k.machine)
+	}
+	clear(h.dirty)
+	h.mu.Unlock()
+	for model, ids := range byModel {
+		lives, err := h.s.store.RecordHeartbeats(ctx, model, ids, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true
+			}
+			h.s.logger.Warn("heartbeat monitor: write heartbeats", "model", model, "machines", len(ids), "err", err)
+			if !muster.IsCode(err, muster.ENotFound) { // a removed model's heartbeats are dropped
+				h.mu.Lock()
+				for _, id := range ids {
+					h.dirty[sessionKey{model, id}] = true
+				}
+				h.mu.Unlock()
+			}
+			continue
+		}
+		h.mu.Lock()
+		for id, life := range lives {
+			if b := h.beats[sessionKey{model, id}]; b != nil {
+				b.life = life
+			}
+		}
+		h.mu.Unlock()
+		h.forgetMissing(model, ids, func(id string) bool { _, ok := lives[id]; return ok })
+	}
+	h.s.hbFlushes.Add(1)
+	return true
 }

@@ -122,6 +122,7 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) error {
 		if err := s.store.UpdateMachines(ctx, m.UUID, us); err != nil {
 			return err
 		}
+		s.hb.setLives(m.UUID, us)
 	}
 	if len(adds) > 0 {
 		added, err := s.store.AddMachines(ctx, m.UUID, adds)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -122,6 +123,10 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return &muster.Error{Code: muster.EInternal, Message: fmt.Sprintf("decode answer to %s %s: %v", method, path, err), Err: err}
 	}
+	// Read to the end (the answer's closing newline): a body closed
+	// before its end closes the connection instead of keeping it for
+	// the next request.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return nil
 }
 
@@ -236,10 +241,54 @@ func (c *Client) RetryProvisioning(ctx context.Context, model string, req RetryP
 	return out.IDs, c.Do(ctx, http.MethodPost, modelPath(model, "retry-provisioning"), req, &out)
 }
 
-// Status returns the model's status (GET .../status).
+// Status returns the model's status (GET .../status), read in pages of
+// MaxPageSize machines.
 func (c *Client) Status(ctx context.Context, model string) (Status, error) {
 	var out Status
-	return out, c.Do(ctx, http.MethodGet, modelPath(model, "status"), nil, &out)
+	after := ""
+	for first := true; ; first = false {
+		q := url.Values{"limit": {strconv.Itoa(MaxPageSize)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var page Status
+		if err := c.Do(ctx, http.MethodGet, modelPath(model, "status")+"?"+q.Encode(), nil, &page); err != nil {
+			return Status{}, err
+		}
+		if first {
+			out = page
+			if out.Machines == nil {
+				out.Machines = map[string]MachineStatus{}
+			}
+		} else {
+			maps.Copy(out.Machines, page.Machines)
+		}
+		// A server without pages sends everything and no next.
+		if page.Next == nil || *page.Next == "" || *page.Next == after {
+			out.Next = nil
+			return out, nil
+		}
+		after = *page.Next
+	}
+}
+
+// Machines returns one page of the model's machines in full (GET
+// .../machines?after=&limit=); after "" is the first page, limit 0 the
+// server's default page size.
+func (c *Client) Machines(ctx context.Context, model, after string, limit int) (MachineList, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := modelPath(model, "machines")
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out MachineList
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
 }
 
 // Machine returns one machine in full with its recent events (GET

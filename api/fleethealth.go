@@ -74,10 +74,32 @@ func (s *Server) fleetRuntime() (FleetRuntime, error) {
 }
 
 // fleetStatus fills in the status's paused groups and replacements.
-func (s *Server) fleetStatus(st *Status, modelUUID string) {
+// runtimeStatus is what the status of a model holds beyond the store:
+// the provisioner's error, the harvest breaker (R7), paused remediation
+// and replacements in flight (R1–R5).
+func (s *Server) runtimeStatus(ctx context.Context, modelUUID string) statusRuntime {
+	var st statusRuntime
+	if s.cfg.Runtime == nil {
+		return st
+	}
+	st.ProvisionerError = s.cfg.Runtime.ProvisionerError(modelUUID)
 	if fr, ok := s.cfg.Runtime.(FleetRuntime); ok {
 		st.Remediation, st.Replacing = fr.Remediation(modelUUID), fr.Replacing(modelUUID)
 	}
+	if hr, ok := s.cfg.Runtime.(HarvestRuntime); ok {
+		if plan, err := hr.HarvestPlan(ctx, modelUUID); err == nil {
+			st.HarvestBreaker = plan.Breaker
+		}
+	}
+	return st
+}
+
+// statusRuntime is the part of Status that runtimeStatus gives.
+type statusRuntime struct {
+	ProvisionerError string             `json:"provisioner-error"`
+	HarvestBreaker   string             `json:"harvest-breaker"`
+	Remediation      []RemediationPause `json:"remediation,omitempty"`
+	Replacing        map[string]string  `json:"replacing,omitempty"`
 }
 
 func (s *Server) handleRebalance(w http.ResponseWriter, r *http.Request) error {

@@ -186,6 +186,7 @@ func (s *Server) handleRemoveMachines(w http.ResponseWriter, r *http.Request) er
 		if err := s.store.UpdateMachines(r.Context(), m.UUID, us); err != nil {
 			return err
 		}
+		s.hb.setLives(m.UUID, us)
 	}
 	s.appendEvents(r.Context(), es)
 	writeJSON(w, http.StatusOK, MachineIDs{IDs: ids})
@@ -245,6 +246,7 @@ func (s *Server) handleRetryProvisioning(w http.ResponseWriter, r *http.Request)
 		if err := s.store.UpdateMachines(r.Context(), m.UUID, us); err != nil {
 			return err
 		}
+		s.hb.setLives(m.UUID, us)
 	}
 	s.appendEvents(r.Context(), es)
 	writeJSON(w, http.StatusOK, MachineIDs{IDs: ids})
@@ -400,12 +402,25 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	after, limit, paged, err := pageQuery(r)
+	if err != nil {
+		return err
+	}
+	if paged && ids != nil {
+		return muster.Errorf(muster.EInvalid, "give either machines or after/limit, not both")
+	}
 	m, err := s.model(r)
 	if err != nil {
 		return err
 	}
+	if ids == nil {
+		if !paged {
+			limit = 0 // the whole model
+		}
+		return s.streamStatus(w, r, m, after, limit)
+	}
 	var ms []muster.Machine
-	if ids == nil || len(ids) > 0 {
+	if len(ids) > 0 {
 		ms, err = s.store.Machines(r.Context(), m.UUID, ids)
 		if err != nil {
 			return err
@@ -418,15 +433,8 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		Machines:    make(map[string]MachineStatus, len(ms)),
 		Zones:       map[string]ZoneStatus{},
 	}
-	if s.cfg.Runtime != nil {
-		st.ProvisionerError = s.cfg.Runtime.ProvisionerError(m.UUID)
-		s.fleetStatus(&st, m.UUID)
-		if hr, ok := s.cfg.Runtime.(HarvestRuntime); ok {
-			if plan, err := hr.HarvestPlan(r.Context(), m.UUID); err == nil {
-				st.HarvestBreaker = plan.Breaker
-			}
-		}
-	}
+	rt := s.runtimeStatus(r.Context(), m.UUID)
+	st.ProvisionerError, st.HarvestBreaker, st.Remediation, st.Replacing = rt.ProvisionerError, rt.HarvestBreaker, rt.Remediation, rt.Replacing
 	counts := map[string]int{} // of the machines asked for
 	for _, mc := range ms {
 		st.Machines[mc.ID] = machineStatus(mc)

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,13 +113,16 @@ type Server struct {
 		readAt time.Time // when hash was read from the store
 	}
 
-	sessions   sync.Map // token hash → *agentSession
-	hb         *heartbeats
-	dash       *dashboard
-	streams    streamCounts
-	authFail   *authFailures
-	sessionKey []byte
-	requests   *requestMetrics
+	sessions    sync.Map // token hash → *agentSession
+	hb          *heartbeats
+	agentWrites *agentWrites
+	agentReqs   atomic.Int64 // requests to the agent endpoints
+	hbFlushes   atomic.Int64 // heartbeat batches written
+	dash        *dashboard
+	streams     streamCounts
+	authFail    *authFailures
+	sessionKey  []byte
+	requests    *requestMetrics
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -152,6 +156,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.admin.hash, s.admin.readAt = cfg.AdminTokenHash, cfg.Clock.Now()
 	s.hb = newHeartbeats(s)
+	s.agentWrites = newAgentWrites(cfg.Store)
 	s.sessionKey = cfg.SessionKey
 	if s.sessionKey == nil {
 		s.sessionKey = []byte(muster.NewSecret())
@@ -184,6 +189,7 @@ func (s *Server) routes() {
 	m.Handle("GET /v1/models/{model}/config", a(s.handleModelConfig))
 	m.Handle("PATCH /v1/models/{model}/config", a(s.handleSetModelConfig))
 	m.Handle("POST /v1/models/{model}/machines", a(s.handleAddMachines))
+	m.Handle("GET /v1/models/{model}/machines", rd(s.handleMachines))
 	m.Handle("GET /v1/models/{model}/machines/{id}", rd(s.handleShowMachine))
 	m.Handle("POST /v1/models/{model}/remove-machines", a(s.handleRemoveMachines))
 	m.Handle("POST /v1/models/{model}/retry-provisioning", a(s.handleRetryProvisioning))
@@ -389,7 +395,22 @@ func (s *Server) adminOrDashboard(h handlerFunc) http.Handler {
 }
 
 func (s *Server) agentOnly(h handlerFunc) http.Handler {
-	return s.guard(h, false, func(p principal) bool { return p.agent != nil })
+	g := s.guard(h, false, func(p principal) bool { return p.agent != nil })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.agentReqs.Add(1)
+		g.ServeHTTP(w, r)
+	})
+}
+
+// AgentStats counts what agents have cost the server since it was made.
+type AgentStats struct {
+	Requests        int64 // to the agent endpoints, logins included
+	HeartbeatWrites int64 // batches of heartbeats written (one transaction per model each)
+}
+
+// AgentStats returns the server's agent counters; safe for concurrent use.
+func (s *Server) AgentStats() AgentStats {
+	return AgentStats{Requests: s.agentReqs.Load(), HeartbeatWrites: s.hbFlushes.Load()}
 }
 
 func (s *Server) guard(h handlerFunc, cookie bool, allowed func(principal) bool) http.Handler {

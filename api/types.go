@@ -82,6 +82,9 @@ type Status struct {
 	Zones            map[string]ZoneStatus    `json:"zones"`
 	Remediation      []RemediationPause       `json:"remediation,omitempty"` // groups whose remediation is paused (R3)
 	Replacing        map[string]string        `json:"replacing,omitempty"`   // machine id → reason of its replacement in flight
+	// Next, in a page of the status (after= or limit=), is the after= of
+	// the next page, "" on the last one; nil for the whole status.
+	Next *string `json:"next,omitempty"`
 }
 
 // MachineStatus is one machine in Status.
@@ -253,7 +256,8 @@ type AgentMachine struct {
 }
 
 // AgentUpdate is the body of PUT /v1/agent/models/{model}/machines/{id}.
-// Nil fields are left alone. Status may be started, stopped or error.
+// Nil fields are left alone, and so are zero fields of Hardware (the
+// recorded value stays). Status may be started, stopped or error.
 // Life may only be "dead", and only once the machine is dying: the agent
 // makes its machine dead when it has cleaned up, as Juju's machiner does.
 type AgentUpdate struct {

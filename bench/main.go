@@ -5,6 +5,7 @@
 //
 //	go run ./bench [--machines N] [--json] [--scenario convergence|event-latency]
 //	go run ./bench --policy juju [--machines N] [--adds 20] [--json]
+//	go run ./bench --scenario agents [--machines 10000] [--steady 15s] [--json]
 //	MUSTER_TEST_POSTGRES=postgres://… go run ./bench --scenario failover [--machines 20] [--json]
 //
 // The convergence scenario runs N machines of one group twice: "single"
@@ -20,7 +21,11 @@
 // runs the convergence fleet with muster's engine and with a model of
 // Juju's provisioner policy (juju.go) side by side. The failover scenario
 // (failover.go) kills the controller running a model on PostgreSQL five
-// times and reports how long another one took to run it.
+// times and reports how long another one took to run it. The agents
+// scenario (agents.go) runs N machines on a real controller's default
+// model without and with simulated agents: time to every instance running
+// and to every machine started, the slowest status read meanwhile, CPU,
+// the agents' request rate once they all heartbeat, provisioner restarts.
 package main
 
 import (
@@ -33,7 +38,10 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"time"
+
+	"github.com/musterhq/muster/api"
 )
 
 func main() {
@@ -52,13 +60,26 @@ func run(args []string, out, errOut io.Writer) error {
 	fs.SetOutput(errOut)
 	machines := fs.Int("machines", 0, "machines to provision (default 1000; 10000 for event-latency)")
 	asJSON := fs.Bool("json", false, "print one JSON line instead of a table")
-	scenario := fs.String("scenario", "convergence", "convergence, event-latency or failover (needs MUSTER_TEST_POSTGRES)")
+	scenario := fs.String("scenario", "convergence", "convergence, event-latency, agents or failover (needs MUSTER_TEST_POSTGRES)")
 	adds := fs.Int("adds", 20, "single-machine adds measured by event-latency, or made after convergence by --policy juju")
 	policy := fs.String("policy", "", "juju: run the convergence fleet with muster's engine and with Juju's provisioner policy, side by side")
 	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s; failover: each wait 30s)")
 	musterBin := fs.String("muster", "", "failover: the muster binary to run (default: built from this module)")
+	steady := fs.Duration("steady", 15*time.Second, "agents: how long to watch the heartbeats once every machine is started")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -136,6 +157,31 @@ func run(args []string, out, errOut io.Writer) error {
 			return printJSON(out, res)
 		}
 		printEventLatency(out, res)
+	case "agents":
+		n := *machines
+		if n == 0 {
+			n = 10000
+		}
+		if n < 1 || n > api.MaxAddMachines || *steady < 0 {
+			return fmt.Errorf("bad --machines %d or --steady %s: want 1 to %d and at least 0", n, *steady, api.MaxAddMachines)
+		}
+		to := *timeout
+		if to == 0 {
+			to = 10 * time.Minute
+		}
+		res, err := runAgents(ctx, n, to, *steady)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			err = printJSON(out, res)
+		} else {
+			printAgents(out, res)
+		}
+		if err == nil && (res.NoAgents.ProvisionerRestarts > 0 || res.WithAgents.ProvisionerRestarts > 0) {
+			err = fmt.Errorf("agents: the provisioner was restarted %d times", res.NoAgents.ProvisionerRestarts+res.WithAgents.ProvisionerRestarts)
+		}
+		return err
 	case "failover":
 		n := *machines
 		if n == 0 {
@@ -162,9 +208,22 @@ func run(args []string, out, errOut io.Writer) error {
 		}
 		return err
 	default:
-		return fmt.Errorf("bad --scenario %q: want convergence, event-latency or failover", *scenario)
+		return fmt.Errorf("bad --scenario %q: want convergence, event-latency, agents or failover", *scenario)
 	}
 	return nil
+}
+
+func printAgents(out io.Writer, a Agents) {
+	fmt.Fprintf(out, "agents scenario: %d machines on a real controller's default model (boot delay %.1f s)\n\n", a.Machines, a.BootDelaySeconds)
+	fmt.Fprintf(out, "%-10s %9s %12s %9s %9s %12s %9s %6s\n", "run", "seconds", "worst status", "failures", "CPU s", "agent req/s", "restarts", "down")
+	for _, r := range []struct {
+		name string
+		r    AgentsRun
+	}{{"no agents", a.NoAgents}, {"agents", a.WithAgents}} {
+		fmt.Fprintf(out, "%-10s %9.3f %12.3f %9d %9.2f %12.1f %9d %6d\n", r.name, r.r.Seconds, r.r.WorstStatusSeconds,
+			r.r.StatusFailures, r.r.CPUSeconds, r.r.AgentRequestRate, r.r.ProvisionerRestarts, r.r.Down)
+	}
+	fmt.Fprintf(out, "\nagents / (no agents + boot delay) = %.3f (target ≤ 1.5), peak RSS %.1f MB (target < 600)\n", a.Ratio, a.PeakRSSMB)
 }
 
 func printJSON(out io.Writer, v any) error {

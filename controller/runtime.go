@@ -60,21 +60,17 @@ func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInf
 			return out, nil
 		}
 	}
-	ms, err := c.store.Machines(ctx, modelUUID, nil)
-	if err != nil {
-		return nil, err
-	}
 	byName := map[string]*api.ZoneInfo{}
-	for _, m := range ms {
+	err := forMachines(ctx, c.store, modelUUID, func(m muster.Machine) {
 		if m.Instance == nil {
-			continue
+			return
 		}
 		name := m.Instance.Zone
 		if name == "" {
 			name = m.Instance.Hardware.AvailabilityZone
 		}
 		if name == "" {
-			continue
+			return
 		}
 		z := byName[name]
 		if z == nil {
@@ -83,6 +79,9 @@ func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInf
 		}
 		z.Machines++
 		z.Available = z.Available || m.InstanceStatus == muster.InstanceRunning
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := c.storedBlocks(ctx, modelUUID, byName); err != nil {
 		return nil, err
@@ -93,6 +92,25 @@ func (c *Controller) Zones(ctx context.Context, modelUUID string) ([]api.ZoneInf
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// forMachines calls fn with each machine of the model, read a page at a
+// time, so a big model is never all in memory.
+func forMachines(ctx context.Context, st muster.Store, modelUUID string, fn func(muster.Machine)) error {
+	after := ""
+	for {
+		page, err := st.MachinesPage(ctx, modelUUID, after, api.DefaultPageSize)
+		if err != nil {
+			return err
+		}
+		for _, m := range page {
+			fn(m)
+		}
+		if len(page) < api.DefaultPageSize {
+			return nil
+		}
+		after = page[len(page)-1].ID
+	}
 }
 
 // ProvisionerError returns the last error of the model's provisioner. A

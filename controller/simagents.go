@@ -11,7 +11,6 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/agent"
-	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -45,17 +44,14 @@ type simAgents struct {
 }
 
 func newSimAgents(env ProviderEnv) (*simAgents, error) {
-	tlsCfg, err := auth.ClientTLSConfig(env.CACert)
+	hc, err := agent.SharedHTTPClient(env.CACert)
 	if err != nil {
 		return nil, err
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsCfg
-	tr.MaxIdleConnsPerHost = 64
 	return &simAgents{
 		store: env.Store, modelUUID: env.Model.UUID, apiURL: env.APIURL, caCert: string(env.CACert),
 		clock: env.Clock, log: env.Logger.With("component", "sim-agents"),
-		hc:     &http.Client{Transport: tr},
+		hc:     hc,
 		runner: agent.NewRunner(env.Clock, env.SimAgentBootDelay),
 		ready:  make(chan struct{}),
 	}, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -103,15 +104,15 @@ func (s *Store) AddMachines(ctx context.Context, modelUUID string, ts []muster.M
 
 const machineCols = `model_uuid, id, life, status, status_message, instance_status, instance_message,
 	constraints, base, grp, placement, storage, keep_instance, instance, launch_token, nonce,
-	password_hash, auto_retries, next_retry, created, updated`
+	password_hash, auto_retries, next_retry, created, updated, last_seen`
 
 func scanMachine(sc interface{ Scan(...any) error }) (muster.Machine, error) {
 	var m muster.Machine
-	var id, keep, nextRetry, created, updated int64
+	var id, keep, nextRetry, created, updated, lastSeen int64
 	var life, status, istatus, cons, storage, inst string
 	err := sc.Scan(&m.ModelUUID, &id, &life, &status, &m.StatusMessage, &istatus, &m.InstanceMessage,
 		&cons, &m.Base, &m.Group, &m.Placement, &storage, &keep, &inst, &m.LaunchToken, &m.Nonce,
-		&m.PasswordHash, &m.AutoRetries, &nextRetry, &created, &updated)
+		&m.PasswordHash, &m.AutoRetries, &nextRetry, &created, &updated, &lastSeen)
 	if err != nil {
 		return m, err
 	}
@@ -123,6 +124,7 @@ func scanMachine(sc interface{ Scan(...any) error }) (muster.Machine, error) {
 	m.NextRetry = fromNanos(nextRetry)
 	m.Created = fromNanos(created)
 	m.Updated = fromNanos(updated)
+	m.LastSeen = fromNanos(lastSeen)
 	if m.Constraints, err = muster.ParseConstraints(cons); err != nil {
 		return m, fmt.Errorf("decode constraints of machine %s: %w", m.ID, err)
 	}
@@ -181,7 +183,12 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 		q += ` AND ` + s.d.inList("id")
 		args = append(args, s.d.listArg(nums))
 	}
-	rows, err := s.query(ctx, (q + ` ORDER BY id`), args...)
+	return s.readMachines(ctx, q+` ORDER BY id`, args...)
+}
+
+// readMachines runs a query of machineCols and scans its rows.
+func (s *Store) readMachines(ctx context.Context, q string, args ...any) ([]muster.Machine, error) {
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read machines: %w", err)
 	}
@@ -198,6 +205,67 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 		return nil, fmt.Errorf("read machines: %w", err)
 	}
 	return ms, nil
+}
+
+// MachinesPage returns a page of the model's machines, in id order.
+func (s *Store) MachinesPage(ctx context.Context, modelUUID, after string, limit int) ([]muster.Machine, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	from := int64(-1)
+	if after != "" {
+		n, ok := parseID(after)
+		if !ok {
+			return nil, muster.Errorf(muster.EInvalid, "bad machine id %q to page after: want a number", after)
+		}
+		from = n
+	}
+	if limit < 1 {
+		return nil, muster.Errorf(muster.EInvalid, "bad page size %d: want at least 1", limit)
+	}
+	if err := s.checkModel(ctx, modelUUID); err != nil {
+		return nil, err
+	}
+	return s.readMachines(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id > ? ORDER BY id LIMIT ?`, modelUUID, from, limit)
+}
+
+// RecordHeartbeats writes the named machines' last-seen time in one
+// statement and reads their lives back, in one transaction that records
+// no change.
+func (s *Store) RecordHeartbeats(ctx context.Context, modelUUID string, ids []string, at time.Time) (map[string]muster.Life, error) {
+	lives := map[string]muster.Life{}
+	err := s.write(ctx, func(t *wtx) error {
+		clear(lives) // a retried transaction starts again
+		if err := t.checkModel(ctx, modelUUID); err != nil {
+			return err
+		}
+		nums := parseIDs(ids)
+		if len(nums) == 0 {
+			return nil
+		}
+		in := t.s.d.inList("id")
+		if _, err := t.exec(ctx, `UPDATE machines SET last_seen = ? WHERE model_uuid = ? AND `+in, nanos(at), modelUUID, t.s.d.listArg(nums)); err != nil {
+			return fmt.Errorf("record heartbeats: %w", err)
+		}
+		rows, err := t.query(ctx, `SELECT id, life FROM machines WHERE model_uuid = ? AND `+in, modelUUID, t.s.d.listArg(nums))
+		if err != nil {
+			return fmt.Errorf("record heartbeats: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var life string
+			if err := rows.Scan(&id, &life); err != nil {
+				return fmt.Errorf("record heartbeats: %w", err)
+			}
+			lives[formatID(id)] = muster.Life(life)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lives, nil
 }
 
 // checkUpdate checks the parts of u that need no stored state.

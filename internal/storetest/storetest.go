@@ -43,6 +43,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"RemoveMachines", testRemoveMachines},
 		{"ProvisioningInfo", testProvisioningInfo},
 		{"DistributionGroups", testDistributionGroups},
+		{"MachinesPage", testMachinesPage},
+		{"RecordHeartbeats", testRecordHeartbeats},
 		{"Events", testEvents},
 		{"EventsFollow", testEventsFollow},
 		{"ControllerConfig", testControllerConfig},
