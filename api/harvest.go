@@ -61,7 +61,25 @@ type Explanation struct {
 	InstanceStatus  string                   `json:"instance-status"`
 	InstanceMessage string                   `json:"instance-message"`
 	Attempts        []muster.AttemptDecision `json:"attempts"`
+	// Replacements are the machine's replacement events (R1–R5), oldest
+	// first: why an instance was replaced, or why not again.
+	Replacements []ExplainNote `json:"replacements"`
+	// Replacing is the reason of a replacement in flight; Paused says why
+	// its group is not remediated now (R3); "" when neither holds.
+	Replacing string `json:"replacing"`
+	Paused    string `json:"remediation-paused"`
 }
+
+// ExplainNote is one event of an explanation.
+type ExplainNote struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Message string    `json:"message"`
+}
+
+// replacementKinds are the kinds of the events fleet health records for a
+// machine.
+var replacementKinds = map[string]bool{"replace": true, "replaced": true, "replace-limit": true}
 
 // ExplainEventLimit bounds the machine's newest events an explanation reads.
 const ExplainEventLimit = 1000
@@ -144,7 +162,15 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, ExplainEvents(ms[0], es))
+	e := ExplainEvents(ms[0], es)
+	rt := s.runtimeStatus(r.Context(), m.UUID)
+	e.Replacing = rt.Replacing[ms[0].ID]
+	for _, p := range rt.Remediation {
+		if p.Group == ms[0].Group {
+			e.Paused = p.String()
+		}
+	}
+	writeJSON(w, http.StatusOK, e)
 	return nil
 }
 
@@ -153,8 +179,12 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) error {
 // says so), never fatal.
 func ExplainEvents(mc muster.Machine, es []muster.Event) Explanation {
 	e := Explanation{Machine: mc.ID, Life: string(mc.Life), Status: string(mc.Status), InstanceID: mc.InstanceID(),
-		InstanceStatus: string(mc.InstanceStatus), InstanceMessage: mc.InstanceMessage, Attempts: []muster.AttemptDecision{}}
+		InstanceStatus: string(mc.InstanceStatus), InstanceMessage: mc.InstanceMessage, Attempts: []muster.AttemptDecision{},
+		Replacements: []ExplainNote{}}
 	for _, ev := range es {
+		if replacementKinds[ev.Kind] {
+			e.Replacements = append(e.Replacements, ExplainNote{Time: ev.Time, Kind: ev.Kind, Message: ev.Message})
+		}
 		if ev.Kind != muster.EventDecision {
 			continue
 		}
@@ -230,6 +260,15 @@ func (e Explanation) WriteText(w io.Writer) error {
 			}
 			b.WriteString("\n")
 		}
+	}
+	for _, n := range e.Replacements {
+		fmt.Fprintf(&b, "%s at %s: %s\n", n.Kind, n.Time.UTC().Format(time.RFC3339), n.Message)
+	}
+	if e.Replacing != "" {
+		fmt.Fprintf(&b, "being replaced: %s\n", e.Replacing)
+	}
+	if e.Paused != "" {
+		fmt.Fprintf(&b, "not replaced for health now: %s\n", e.Paused)
 	}
 	return writeLines(w, b.String())
 }

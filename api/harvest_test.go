@@ -103,6 +103,7 @@ func TestExplain(t *testing.T) {
 			Error: "no capacity in zone a", ErrorKind: "capacity", Next: "retrying in another zone in 10s", NextRetry: start.Add(10 * time.Second)}),
 		decisionEvent(t, h.model.UUID, ids[1], muster.AttemptDecision{Attempt: 1, Zone: "c"}), // another machine's
 		{ModelUUID: h.model.UUID, MachineID: ids[0], Actor: "provisioner", Kind: "retry", Message: "not a decision"},
+		{ModelUUID: h.model.UUID, MachineID: ids[0], Actor: "provisioner", Kind: "replace", Message: "replacing instance i-0: unhealthy"},
 		{ModelUUID: h.model.UUID, MachineID: ids[0], Actor: "provisioner", Kind: muster.EventDecision, Message: "{bad"},
 		decisionEvent(t, h.model.UUID, ids[0], muster.AttemptDecision{Attempt: 2, Time: start.Add(10 * time.Second), Shape: "arch=amd64 cores=2",
 			Candidates: []muster.ZoneCount{{Zone: "b", Machines: 1}}, Failed: []string{"a"}, Excluded: []string{"c"},
@@ -115,6 +116,9 @@ func TestExplain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(e.Replacements) != 1 || e.Replacements[0].Kind != "replace" || e.Replacements[0].Message != "replacing instance i-0: unhealthy" {
+		t.Fatalf("replacements %+v, want the one replace event", e.Replacements)
+	}
 	if len(e.Attempts) != 3 || e.Attempts[0].Zone != "a" || !strings.Contains(e.Attempts[1].Error, "undecodable") || e.Attempts[2].Zone != "b" {
 		t.Fatalf("attempts %+v, want a, an undecodable one, b", e.Attempts)
 	}
@@ -124,7 +128,7 @@ func TestExplain(t *testing.T) {
 	}
 	text := buf.String()
 	for _, want := range []string{"chose zone a", "error (capacity): no capacity in zone a", "next: retrying in another zone in 10s (at 2025-06-01T12:00:10Z)",
-		"failed before: a; excluded: c; out of capacity (remembered): d until 2025-06-01T12:03:00Z", "chose zone b", `started instance i-1\x1b[2J`} {
+		"failed before: a; excluded: c; out of capacity (remembered): d until 2025-06-01T12:03:00Z", "chose zone b", `started instance i-1\x1b[2J`, "replace at ", "replacing instance i-0: unhealthy"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("explain text lacks %q:\n%s", want, text)
 		}

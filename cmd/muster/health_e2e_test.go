@@ -128,6 +128,12 @@ func TestE2ERegistrationTimeout(t *testing.T) {
 	if !strings.Contains(out, "replacing instance "+first+": registration-timeout") || !strings.Contains(out, first+" stopped, replaced by") {
 		t.Fatalf("events lack the replacement:\n%s", out)
 	}
+	// muster explain (R8) says why the first instance was replaced.
+	out = tc.ok("explain", "0")
+	if !strings.Contains(out, "replace at ") || !strings.Contains(out, "replacing instance "+first+": registration-timeout") ||
+		!strings.Contains(out, "replaced at ") {
+		t.Fatalf("explain lacks the replacement:\n%s", out)
+	}
 }
 
 // TestE2EDrift is issue 17's third Done-when: a group's constraints change
