@@ -146,27 +146,15 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) error {
-	m, err := s.model(r)
+	m, mc, es, err := s.machineEvents(r, ExplainEventLimit)
 	if err != nil {
 		return err
 	}
-	ids, err := uniqueIDs([]string{r.PathValue("id")})
-	if err != nil {
-		return err
-	}
-	ms, err := s.machinesByID(r.Context(), m, ids)
-	if err != nil {
-		return err
-	}
-	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0], Limit: ExplainEventLimit})
-	if err != nil {
-		return err
-	}
-	e := ExplainEvents(ms[0], es)
+	e := ExplainEvents(mc, es)
 	rt := s.runtimeStatus(r.Context(), m.UUID)
-	e.Replacing = rt.Replacing[ms[0].ID]
+	e.Replacing = rt.Replacing[mc.ID]
 	for _, p := range rt.Remediation {
-		if p.Group == ms[0].Group {
+		if p.Group == mc.Group {
 			e.Paused = p.String()
 		}
 	}

@@ -263,24 +263,31 @@ func retryUpdate(id string) muster.MachineUpdate {
 	}
 }
 
-func (s *Server) handleShowMachine(w http.ResponseWriter, r *http.Request) error {
+// machineEvents reads the machine of the request's path and its newest
+// limit events.
+func (s *Server) machineEvents(r *http.Request, limit int) (muster.Model, muster.Machine, []muster.Event, error) {
 	m, err := s.model(r)
 	if err != nil {
-		return err
+		return m, muster.Machine{}, nil, err
 	}
 	ids, err := uniqueIDs([]string{r.PathValue("id")})
 	if err != nil {
-		return err
+		return m, muster.Machine{}, nil, err
 	}
 	ms, err := s.machinesByID(r.Context(), m, ids)
 	if err != nil {
-		return err
+		return m, muster.Machine{}, nil, err
 	}
-	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0], Limit: ShowMachineEvents})
+	es, err := s.store.Events(r.Context(), m.UUID, muster.EventFilter{MachineID: ids[0], Limit: limit})
+	return m, ms[0], es, err
+}
+
+func (s *Server) handleShowMachine(w http.ResponseWriter, r *http.Request) error {
+	_, mc, es, err := s.machineEvents(r, ShowMachineEvents)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, MachineDetail{Machine: machineInfo(ms[0]), Events: eventInfos(es)})
+	writeJSON(w, http.StatusOK, MachineDetail{Machine: machineInfo(mc), Events: eventInfos(es)})
 	return nil
 }
 
