@@ -47,6 +47,11 @@ func TestParseFleetErrors(t *testing.T) {
 		{"not yaml", "{{{", "fleet file"},
 		{"bad max-unhealthy", "groups:\n- name: a\n  max-unhealthy: 140%", `group "a": bad max-unhealthy "140%": want between 0% and 100%`},
 		{"bad unhealthy-after", "groups:\n- name: a\n  unhealthy-after: soon", `bad unhealthy-after "soon"`},
+		{"a number", "0", "cannot unmarshal the number `0` into a fleet file (a map with groups)"},
+		{"groups a number", "groups: 3", "into the list of groups"},
+		{"group a number", "groups: [3]", "into a group (name, count"},
+		{"a list", "- a", "cannot unmarshal a list into a fleet file"},
+		{"top-level key with a space", "0 0: 1", `unknown field "0 0" (a fleet file has groups)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,8 +59,8 @@ func TestParseFleetErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
-			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "api.") {
-				t.Errorf("error spans lines: %q", err)
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "api.") || strings.Contains(err.Error(), "!!") {
+				t.Errorf("error spans lines or speaks Go/YAML tags: %q", err)
 			}
 		})
 	}
@@ -87,8 +92,8 @@ func FuzzParseFleet(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fl, err := api.ParseFleet(data)
 		if err != nil {
-			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "api.") {
-				t.Fatalf("multi-line error %q", err)
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "api.") || strings.Contains(err.Error(), "!!") {
+				t.Fatalf("multi-line error, or one in Go's words %q", err)
 			}
 			return
 		}
