@@ -210,3 +210,39 @@ func TestRebalanceNeverMovesKeepInstance(t *testing.T) {
 		t.Fatalf("plan %+v, want machine 0 (not the keep-instance 1) moved to b", plan)
 	}
 }
+
+// Drift (R5) replaces a keep-instance machine launch before stop like any
+// other; once it is started on the new instance, the old one is released
+// and left running rather than stopped.
+func TestDriftReplacesKeepInstance(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.start()
+	h.add(1, muster.MachineTemplate{Group: "g", Constraints: muster.MustParseConstraints("cores=2")})
+	h.waitFor("machine 0 running", h.running("0"))
+	h.update(muster.MachineUpdate{ID: "0", KeepInstance: muster.Ptr(true)})
+	h.started("0")
+	h.quiesce()
+	old := h.machine("0").InstanceID()
+	c := muster.MustParseConstraints("cores=4")
+	h.update(muster.MachineUpdate{ID: "0", Constraints: &c})
+	h.quiesce()
+	if err := h.p.ReplaceDrifted(h.ctx, []string{"0"}); err != nil {
+		t.Fatalf("replace drifted keep-instance machine: %v", err)
+	}
+	h.waitFor("machine 0 on a new instance", func() bool { return h.machine("0").InstanceID() != old })
+	h.quiesce()
+	h.started("0")
+	h.waitFor("the replaced event", func() bool { return hasLine(h.eventLines("0"), "replaced", old+" kept running and released") })
+	h.quiesce()
+	m := h.machine("0")
+	if got := h.cloudInstances()[m.InstanceID()].Cores; got < 4 {
+		t.Fatalf("new instance has %d cores, want at least 4", got)
+	}
+	if h.stoppedAny(old) || !h.released()[old] {
+		t.Fatalf("old instance %s: stopped %v, released %v; want running and released", old, h.stoppedAny(old), h.released()[old])
+	}
+	if got, want := h.byMachine()["0"], sortedPair(old, m.InstanceID()); !slices.Equal(got, want) {
+		t.Fatalf("cloud instances of machine 0: %v, want %v", got, want)
+	}
+}
