@@ -336,6 +336,11 @@ type InstanceRecord struct {
 	Replaces     string
 	LaunchToken  string
 	PasswordHash string
+	// ReleaseReplaced, with Replaces, releases the replaced instance
+	// (H8) in the same transaction: a keep-instance machine's old
+	// instance is left running and never taken for a duplicate (C3) or
+	// an unknown one, even after a crash right after the record.
+	ReleaseReplaced bool
 }
 
 // ProvisioningInfo is what the provisioner needs to start a machine.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,6 +138,11 @@ func testCrashSafety(t *testing.T, lag time.Duration, regTimeout ...time.Duratio
 		added := h.add(n, muster.MachineTemplate{})
 		for _, m := range added {
 			seen = append(seen, m.ID)
+			// With replacements, every third machine is keep-instance: its
+			// replaced instances are released, never stopped (H8).
+			if replacing && len(seen)%3 == 0 {
+				h.update(muster.MachineUpdate{ID: m.ID, KeepInstance: muster.Ptr(true)})
+			}
 		}
 		// Kill a few machines too.
 		for _, id := range seen {
@@ -198,18 +204,48 @@ func testCrashSafety(t *testing.T, lag time.Duration, regTimeout ...time.Duratio
 		last = c4(h, seen)
 		return last == nil
 	})
-	dups := 0
+	dups, kept := 0, 0
+	rel := h.released()
 	for _, e := range h.events("") {
 		if strings.HasPrefix(e.Message, "duplicate instance") {
 			dups++
 		}
+		// A keep-instance machine's replaced instance stays released and
+		// running whatever crashed later.
+		if rest, ok := strings.CutPrefix(e.Message, "instance "); ok && strings.Contains(rest, " kept running and released") {
+			kept++
+			id, _, _ := strings.Cut(rest, " ")
+			if _, running := h.cloudInstances()[id]; !running || !rel[id] {
+				t.Errorf("keep-instance machine %s: replaced instance %s running %v, released %v; want both", e.MachineID, id, running, rel[id])
+			}
+		}
 	}
-	t.Logf("%d machines, %d starts, %d duplicates stopped", len(seen), len(h.prov.startCalls()), dups)
+	if replacing && kept == 0 {
+		t.Errorf("no keep-instance machine was replaced: the test proved nothing for them")
+	}
+	t.Logf("%d machines, %d starts, %d duplicates stopped, %d kept instances released", len(seen), len(h.prov.startCalls()), dups, kept)
 }
 
-// c4 checks the invariant C4 and returns what is wrong.
+// c4 checks the invariant C4 and returns what is wrong. Released
+// instances (H8) belong to no machine; every one must still be running.
 func c4(h *harness, ids []string) error {
 	by := h.byMachine()
+	rel, err := h.store.ReleasedInstances(h.ctx, h.model.UUID)
+	if err != nil {
+		return err
+	}
+	running := h.cloudInstances()
+	for id := range rel {
+		if _, ok := running[id]; !ok {
+			return fmt.Errorf("released instance %s was stopped", id)
+		}
+	}
+	for mid, insts := range by {
+		by[mid] = slices.DeleteFunc(insts, func(id string) bool { return rel[id] })
+		if len(by[mid]) == 0 {
+			delete(by, mid)
+		}
+	}
 	for _, id := range ids {
 		m, err := h.store.Machine(h.ctx, h.model.UUID, id)
 		if muster.IsCode(err, muster.ENotFound) {

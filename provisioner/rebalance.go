@@ -150,7 +150,7 @@ func (p *Provisioner) planRebalance(group string) []Move {
 			zone = e.m.Instance.Zone
 		}
 		byGroup[g] = append(byGroup[g], member{ID: id, Zone: zone, Allowed: e.m.Constraints.Zones,
-			Movable: e.m.Placement == "" && p.replaceable(e.m) && !queued[id]})
+			Movable: e.m.Placement == "" && !e.m.KeepInstance && p.replaceable(e.m) && !queued[id]})
 	}
 	names := make([]string, 0, len(byGroup))
 	for g := range byGroup {
@@ -206,8 +206,9 @@ func (p *Provisioner) startMoves(ctx context.Context, stats map[string]*groupSta
 // ReplaceDrifted queues launch-before-stop replacements of the named
 // machines (R5: a rolling update within max-in-flight), each to a zone the
 // planner chooses. Machines that cannot be replaced (not alive, without an
-// instance, keep-instance) are refused with EInvalid and nothing is
-// queued. Safe for concurrent use (it runs on the loop).
+// instance) are refused with EInvalid and nothing is queued; a
+// keep-instance machine's old instance is released, not stopped. Safe
+// for concurrent use (it runs on the loop).
 func (p *Provisioner) ReplaceDrifted(ctx context.Context, ids []string) error {
 	return p.ask(ctx, func(ctx context.Context) error {
 		queued := map[string]bool{}
@@ -217,8 +218,8 @@ func (p *Provisioner) ReplaceDrifted(ctx context.Context, ids []string) error {
 		var add []move
 		for _, id := range ids {
 			e := p.health[id]
-			if e == nil || !e.m.HasInstance() || e.m.KeepInstance {
-				return muster.Errorf(muster.EInvalid, "machine %s cannot be replaced: it is not alive with an instance, or it keeps its instance", id)
+			if e == nil || !e.m.HasInstance() {
+				return muster.Errorf(muster.EInvalid, "machine %s cannot be replaced: it is not alive with an instance", id)
 			}
 			if !queued[id] && p.replacing[id] == nil {
 				add = append(add, move{Move: Move{MachineID: id, Group: e.m.Group, From: p.zones.zoneOf(id)}, reason: ReasonDrift})

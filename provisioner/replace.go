@@ -26,6 +26,11 @@ import (
 // launched but not recorded, or the old one not yet stopped — is not the
 // recorded one and carries another launch token, so the full pass stops it
 // as a duplicate.
+//
+// A keep-instance machine's old instance is released instead of stopped
+// (H8): the record releases it in the transaction that swaps in the new
+// one (muster.InstanceRecord.ReleaseReplaced), so no crash leaves it
+// recorded by nobody yet unreleased, to be stopped as a duplicate.
 
 // Replacement reasons, as events name them.
 const (
@@ -48,7 +53,10 @@ type replacement struct {
 	// the new one (R4, R5); R1 and R2 stop it as soon as the new one is
 	// recorded, since it is of no use.
 	launchFirst bool
-	newInst     string // the new instance once recorded
+	// release leaves the old instance running, released from muster
+	// (keep-instance, H8), instead of stopping it.
+	release bool
+	newInst string // the new instance once recorded
 }
 
 // replaceStopped is what a worker reports when a replaced instance was
@@ -89,11 +97,11 @@ func newFleetHealth() fleetHealth {
 }
 
 // replaceable reports whether the loop may start replacing m now: alive
-// with an instance, not keep-instance (its instance is never stopped by
-// muster), and nothing else in flight for it.
+// with an instance and nothing else in flight for it. A keep-instance
+// machine is replaceable too; its old instance is released, not stopped.
 func (p *Provisioner) replaceable(m muster.Machine) bool {
 	f := p.flagsOf(m.ID)
-	return m.Life == muster.LifeAlive && m.HasInstance() && !m.KeepInstance &&
+	return m.Life == muster.LifeAlive && m.HasInstance() &&
 		!f.starting && !f.stopping && !f.deferred && p.replacing[m.ID] == nil && !p.stoppingInst[m.InstanceID()]
 }
 
@@ -122,7 +130,7 @@ func (p *Provisioner) startReplacements(ctx context.Context, ms []muster.Machine
 			continue
 		}
 		r := reps[i]
-		r.old, r.oldTok, r.group = m.InstanceID(), m.LaunchToken, m.Group
+		r.old, r.oldTok, r.group, r.release = m.InstanceID(), m.LaunchToken, m.Group, m.KeepInstance
 		j := &startJob{id: m.ID, info: info, queued: now, replace: r}
 		p.newCredentials(j)
 		jobs = append(jobs, j)
@@ -170,6 +178,9 @@ func (p *Provisioner) replacementStarted(r startResult) {
 		return
 	}
 	rep.newInst = r.inst.ID
+	if rep.release {
+		p.released[rep.old] = true // by the record's transaction
+	}
 	// The record made the machine pending on the new instance; the loop
 	// reads that change later, and must not judge it by the old one
 	// meanwhile.
@@ -184,17 +195,25 @@ func (p *Provisioner) replacementStarted(r startResult) {
 	}
 }
 
-// stopReplaced stops the instance a replacement replaced, on a worker.
+// stopReplaced stops the instance a replacement replaced, on a worker, or
+// for a keep-instance machine only says that it was released and kept.
 func (p *Provisioner) stopReplaced(id string, rep *replacement, note string) {
 	if p.stoppingInst[rep.old] {
 		return
 	}
 	p.stoppingInst[rep.old] = true
 	p.submit(func(ctx context.Context) {
-		err := p.call(ctx, "stop", func(ctx context.Context) error { return p.cfg.Provider.StopInstances(ctx, rep.old) })
+		var err error
+		done := "kept running and released (keep-instance)"
+		if !rep.release {
+			done = "stopped"
+			err = p.call(ctx, "stop", func(ctx context.Context) error { return p.cfg.Provider.StopInstances(ctx, rep.old) })
+			if err == nil {
+				p.obs.Harvested("replaced", 1)
+			}
+		}
 		if err == nil {
-			p.obs.Harvested("replaced", 1)
-			msg := fmt.Sprintf("instance %s stopped, replaced by %s: %s", rep.old, rep.newInst, rep.reason)
+			msg := fmt.Sprintf("instance %s %s, replaced by %s: %s", rep.old, done, rep.newInst, rep.reason)
 			if note != "" {
 				msg += " (" + note + ")"
 			}
@@ -209,7 +228,7 @@ func (p *Provisioner) stopReplaced(id string, rep *replacement, note string) {
 // it as a duplicate (C3).
 func (p *Provisioner) handleReplaceStopped(ctx context.Context, r replaceStopped) error {
 	delete(p.stoppingInst, r.rep.old)
-	if r.err == nil {
+	if r.err == nil && !r.rep.release {
 		p.viewRemove(r.rep.old)
 	} else {
 		p.log.Warn("replaced instance not stopped; left to the next full pass", "machine", r.id, "instance", r.rep.old, "err", r.err)

@@ -969,6 +969,7 @@ func (j *startJob) record(info muster.InstanceInfo) muster.InstanceRecord {
 	r := muster.InstanceRecord{MachineID: j.id, Nonce: j.nonce, Info: info}
 	if j.replace != nil {
 		r.Replaces, r.LaunchToken, r.PasswordHash = j.replace.old, j.token, muster.HashSecret(j.password)
+		r.ReleaseReplaced = j.replace.release
 	}
 	return r
 }

@@ -23,13 +23,22 @@ func (s *Store) ReleaseInstances(ctx context.Context, modelUUID string, ids []st
 		}
 		now := nanos(s.clock.Now())
 		for _, id := range ids {
-			if _, err := t.exec(ctx, `INSERT INTO released_instances (model_uuid, instance_id, released) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-				modelUUID, id, now); err != nil {
-				return fmt.Errorf("release instance %s: %w", id, err)
+			if err := t.release(ctx, modelUUID, id, now); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
+}
+
+// release remembers one instance as released (H8); releasing it again
+// changes nothing.
+func (t *wtx) release(ctx context.Context, modelUUID, id string, now int64) error {
+	if _, err := t.exec(ctx, `INSERT INTO released_instances (model_uuid, instance_id, released) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+		modelUUID, id, now); err != nil {
+		return fmt.Errorf("release instance %s: %w", id, err)
+	}
+	return nil
 }
 
 // BlockCapacity records a capacity block (Z7), keeping the later end of

@@ -588,6 +588,10 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 				errs[i] = muster.Errorf(muster.EInvalid, "machine %s: empty instance id", r.MachineID)
 				continue
 			}
+			if r.ReleaseReplaced && r.Replaces == "" {
+				errs[i] = muster.Errorf(muster.EInvalid, "machine %s: release of the replaced instance without a replacement", r.MachineID)
+				continue
+			}
 			n, ok := parseID(r.MachineID)
 			st := current[n]
 			if !ok || st == nil {
@@ -605,6 +609,8 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 					errs[i] = muster.Errorf(muster.EConflict, "machine %s: launch token does not match the replacement", r.MachineID)
 				case r.Nonce == "" || r.PasswordHash == "":
 					errs[i] = muster.Errorf(muster.EInvalid, "machine %s: a replacement needs a nonce and a password hash", r.MachineID)
+				case r.ReleaseReplaced && r.Replaces == r.Info.InstanceID:
+					errs[i] = muster.Errorf(muster.EInvalid, "machine %s: cannot release instance %s and record it again", r.MachineID, r.Replaces)
 				}
 				if errs[i] != nil {
 					continue
@@ -616,6 +622,11 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 				if _, err := repl.ExecContext(ctx, r.Info.InstanceID, string(b), string(muster.InstanceRunning), r.Nonce, r.PasswordHash,
 					string(muster.StatusPending), now, modelUUID, n); err != nil {
 					return fmt.Errorf("record instance of machine %s: %w", r.MachineID, err)
+				}
+				if r.ReleaseReplaced {
+					if err := t.release(ctx, modelUUID, r.Replaces, now); err != nil {
+						return err
+					}
 				}
 				st.instID, st.nonce = r.Info.InstanceID, r.Nonce
 				t.change(modelUUID, muster.ChangeMachine, r.MachineID)
@@ -702,9 +713,8 @@ func (s *Store) RemoveMachines(ctx context.Context, modelUUID string, ids []stri
 				return fmt.Errorf("remove machine %d: %w", v.id, err)
 			}
 			if v.released != "" {
-				if _, err := t.exec(ctx, `INSERT INTO released_instances (model_uuid, instance_id, released) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-					modelUUID, v.released, now); err != nil {
-					return fmt.Errorf("release instance %s: %w", v.released, err)
+				if err := t.release(ctx, modelUUID, v.released, now); err != nil {
+					return err
 				}
 			}
 			t.change(modelUUID, muster.ChangeMachine, formatID(v.id))

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/musterhq/muster"
@@ -58,6 +59,56 @@ func testReplaceInstance(t *testing.T, h *harness) {
 		if m2.InstanceID() != "i-old"+id || m2.Nonce != "n"+id || m2.PasswordHash != "h-old" || m2.Status != muster.StatusStarted {
 			t.Fatalf("machine %s changed by a refused replacement: instance %q nonce %q hash %q status %s", id, m2.InstanceID(), m2.Nonce, m2.PasswordHash, m2.Status)
 		}
+	}
+}
+
+// testReplaceReleases: a replacement record with ReleaseReplaced releases
+// the replaced instance (H8) in its own transaction, and only when it is
+// accepted; the flag is refused without a replacement, or naming the new
+// instance itself.
+func testReplaceReleases(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	addMachines(t, s, m.UUID, 3)
+	for i := 0; i < 3; i++ {
+		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i))})
+		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i), Info: muster.InstanceInfo{InstanceID: "i-old" + idOf(i)}}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), LaunchToken: muster.Ptr("tok" + idOf(i)), KeepInstance: muster.Ptr(true)})
+	}
+	rec := func(id, replaces, token, inst string, release bool) muster.InstanceRecord {
+		return muster.InstanceRecord{MachineID: id, Nonce: "new" + id, Info: muster.InstanceInfo{InstanceID: inst},
+			Replaces: replaces, LaunchToken: token, PasswordHash: "h", ReleaseReplaced: release}
+	}
+	recs := []muster.InstanceRecord{
+		rec("0", "i-old0", "tok0", "i-new0", true),  // accepted, releases i-old0
+		rec("1", "i-old1", "tok1", "i-new1", false), // accepted, releases nothing
+		rec("2", "i-old2", "stale", "i-new2", true), // refused: not its token
+		rec("2", "", "", "i-new2", true),            // refused: not a replacement
+		rec("2", "i-old2", "tok2", "i-old2", true),  // refused: would release what it records
+	}
+	errs, err := s.RecordInstances(ctx, m.UUID, recs)
+	if err != nil {
+		t.Fatalf("record replacements: %v", err)
+	}
+	for i, code := range []string{"", "", muster.EConflict, muster.EInvalid, muster.EInvalid} {
+		wantCode(t, fmt.Sprintf("record %d (machine %s)", i, recs[i].MachineID), errs[i], code)
+	}
+	rel, err := s.ReleasedInstances(ctx, m.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rel) != 1 || !rel["i-old0"] {
+		t.Fatalf("released %v, want only i-old0", rel)
+	}
+	if got, err := s.Machine(ctx, m.UUID, "0"); err != nil || got.InstanceID() != "i-new0" {
+		t.Fatalf("machine 0: instance %q (%v), want i-new0", got.InstanceID(), err)
+	}
+	if got, err := s.Machine(ctx, m.UUID, "2"); err != nil || got.InstanceID() != "i-old2" {
+		t.Fatalf("machine 2: instance %q (%v), want i-old2 after refused records", got.InstanceID(), err)
 	}
 }
 

@@ -39,6 +39,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"UpdateAllOrNothing", testUpdateAllOrNothing},
 		{"RecordInstances", testRecordInstances},
 		{"ReplaceInstance", testReplaceInstance},
+		{"ReplaceReleases", testReplaceReleases},
 		{"UpdateTemplate", testUpdateTemplate},
 		{"RemoveMachines", testRemoveMachines},
 		{"ProvisioningInfo", testProvisioningInfo},
