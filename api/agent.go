@@ -520,7 +520,10 @@ func (h *heartbeats) run(ctx context.Context) {
 		var timerC <-chan time.Time
 		var t muster.Timer
 		if !next.IsZero() {
-			t = h.s.clock.NewTimer(next.Sub(now))
+			// From the clock's time now, not the loop's: the loop may
+			// have taken a while, and a timer set from a stale time
+			// would fire late by as much.
+			t = h.s.clock.NewTimer(next.Sub(h.s.clock.Now()))
 			timerC = t.C()
 		}
 		select {

@@ -214,8 +214,11 @@ func TestRemovedMachineTokenRevoked(t *testing.T) {
 	if err := h.store.RemoveMachines(ctx, h.model.UUID, []string{"0"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = agent.AgentMachine(ctx, "default", "0")
-	wantCode(t, err, muster.ENotFound)
+	// Not found, or already revoked if the monitor's flush saw the
+	// removal first.
+	if _, err = agent.AgentMachine(ctx, "default", "0"); !muster.IsCode(err, muster.ENotFound) && !muster.IsCode(err, muster.EUnauthorized) {
+		t.Fatalf("removed machine: got %v, want not-found or unauthorized", err)
+	}
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
 	testutil.Eventually(t, "token revoked", func() bool {
