@@ -367,7 +367,11 @@ type heartbeats struct {
 	beats     map[sessionKey]*beat
 	byMachine map[sessionKey]string // → token hash of the newest session
 	dirty     map[sessionKey]bool   // beaten since the last flush
-	kick      chan struct{}
+	// armed is when run wakes next by itself (zero: never); a beat whose
+	// deadline comes sooner kicks it, others need not (each wake scans
+	// every beat).
+	armed time.Time
+	kick  chan struct{}
 }
 
 type beat struct {
@@ -440,12 +444,12 @@ func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
 		h.beats[k] = b
 	}
 	wasDown = b.down
-	shorter := period < b.period // read under the lock, before it is replaced
 	b.last, b.period, b.down = now, period, false
 	firstDirty := len(h.dirty) == 0
 	h.dirty[k] = true
+	sooner := period > 0 && (h.armed.IsZero() || now.Add(MissedHeartbeats*period).Before(h.armed))
 	h.mu.Unlock()
-	if !ok || wasDown || shorter || firstDirty {
+	if sooner || firstDirty {
 		select {
 		case h.kick <- struct{}{}:
 		default:
@@ -513,6 +517,7 @@ func (h *heartbeats) run(ctx context.Context) {
 				next = dl
 			}
 		}
+		h.armed = next
 		h.mu.Unlock()
 		if len(due) > 0 {
 			h.markDown(ctx, due)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -251,7 +250,8 @@ func (c *Client) Status(ctx context.Context, model string) (Status, error) {
 		if after != "" {
 			q.Set("after", after)
 		}
-		var page Status
+		// Each page's machines are decoded straight into the first's map.
+		page := Status{Machines: out.Machines}
 		if err := c.Do(ctx, http.MethodGet, modelPath(model, "status")+"?"+q.Encode(), nil, &page); err != nil {
 			return Status{}, err
 		}
@@ -261,7 +261,7 @@ func (c *Client) Status(ctx context.Context, model string) (Status, error) {
 				out.Machines = map[string]MachineStatus{}
 			}
 		} else {
-			maps.Copy(out.Machines, page.Machines)
+			out.Machines = page.Machines
 		}
 		// A server without pages sends everything and no next.
 		if page.Next == nil || *page.Next == "" || *page.Next == after {

@@ -123,15 +123,30 @@ type zone struct {
 
 type subnet struct {
 	muster.Subnet
-	prefix [3]byte // 10.n.(16*j)
-	next   int
+	net  netip.Prefix
+	last int // the last host instances get: the last but one address
+	next int
+	used int // addresses taken
 }
 
-// Hosts of a /20 subnet that instances get: .4 up to the last but one.
-const (
-	firstHost = 4
-	lastHost  = 4094
-)
+// firstHost is the first host of a subnet that instances get (.4, as EC2
+// keeps the first four).
+const firstHost = 4
+
+// newSubnet is the slot-th of slots equal parts of zone n's 10.n.0.0/16
+// (slots a power of two).
+func newSubnet(sn muster.Subnet, n, slot, slots int) *subnet {
+	bits := 16
+	for 1<<(bits-16) < slots {
+		bits++
+	}
+	p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(n), byte(slot * 256 / slots), 0}), bits)
+	sn.CIDR = p.String()
+	return &subnet{Subnet: sn, net: p, last: 1<<(32-bits) - 2, next: firstHost}
+}
+
+// free is how many addresses s has left.
+func (s *subnet) free() int { return s.last - firstHost + 1 - s.used }
 
 // Open returns a cloud configured by cfg, loading cfg.StateFile when it
 // exists.
@@ -246,7 +261,9 @@ func Open(cfg Config) (*Cloud, error) {
 				c.tokens[tokenKey(inst.Controller(), inst.Model(), tok)] = inst.ID
 			}
 			for _, a := range inst.Addresses {
-				c.addrUsed[a] = true
+				if !c.addrUsed[a] {
+					c.useAddr(a)
+				}
 			}
 			z.used += inst.Cores
 			z.instances++
@@ -368,29 +385,23 @@ func (c *Cloud) addZone(zc ZoneConfig) error {
 	}
 	c.zones = append(c.zones, &zone{ZoneConfig: zc})
 	n := len(c.zones)
+	// The zone's 10.n.0.0/16 is split in as many equal parts as there are
+	// spaces, rounded up to a power of two (a /17 each for the default
+	// two): a part per space, the same layout in every zone.
+	slots := 1
+	for slots < len(c.spaces) {
+		slots *= 2
+	}
 	inSpace := false
 	for j, sp := range c.spaces {
 		if len(sp.Zones) > 0 && !contains(sp.Zones, zc.Name) {
 			continue
 		}
 		inSpace = true
-		c.subnets = append(c.subnets, &subnet{
-			Subnet: muster.Subnet{
-				ID:    SubnetID(zc.Name, sp.Name),
-				CIDR:  fmt.Sprintf("10.%d.%d.0/20", n, 16*j),
-				Zone:  zc.Name,
-				Space: sp.Name,
-			},
-			prefix: [3]byte{10, byte(n), byte(16 * j)},
-			next:   firstHost,
-		})
+		c.subnets = append(c.subnets, newSubnet(muster.Subnet{ID: SubnetID(zc.Name, sp.Name), Zone: zc.Name, Space: sp.Name}, n, j, slots))
 	}
 	if !inSpace {
-		c.subnets = append(c.subnets, &subnet{
-			Subnet: muster.Subnet{ID: SubnetID(zc.Name, ""), CIDR: fmt.Sprintf("10.%d.0.0/20", n), Zone: zc.Name},
-			prefix: [3]byte{10, byte(n), 0},
-			next:   firstHost,
-		})
+		c.subnets = append(c.subnets, newSubnet(muster.Subnet{ID: SubnetID(zc.Name, ""), Zone: zc.Name}, n, 0, 1))
 	}
 	return nil
 }
@@ -405,19 +416,43 @@ func SubnetID(zone, space string) string {
 
 // alloc returns a free address of s, or "" when s is full; c.mu is held.
 func (c *Cloud) alloc(s *subnet) string {
-	for i := 0; i <= lastHost-firstHost; i++ {
+	if s.free() <= 0 {
+		return ""
+	}
+	base := s.net.Addr().As4()
+	for i := 0; i <= s.last-firstHost; i++ {
 		h := s.next
 		s.next++
-		if s.next > lastHost {
+		if s.next > s.last {
 			s.next = firstHost
 		}
-		addr := fmt.Sprintf("%d.%d.%d.%d", s.prefix[0], s.prefix[1], int(s.prefix[2])+h/256, h%256)
+		addr := fmt.Sprintf("%d.%d.%d.%d", base[0], base[1], int(base[2])+h/256, h%256)
 		if !c.addrUsed[addr] {
 			c.addrUsed[addr] = true
+			s.used++
 			return addr
 		}
 	}
 	return ""
+}
+
+// useAddr and freeAddr mark an address taken and free again, counting it
+// in its subnet; c.mu is held.
+func (c *Cloud) useAddr(addr string) {
+	c.addrUsed[addr] = true
+	if s := c.subnetOfAddr(addr); s != nil {
+		s.used++
+	}
+}
+
+func (c *Cloud) freeAddr(addr string) {
+	if !c.addrUsed[addr] {
+		return
+	}
+	delete(c.addrUsed, addr)
+	if s := c.subnetOfAddr(addr); s != nil {
+		s.used--
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -743,7 +778,7 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 			nets = append(nets, s)
 		}
 	default:
-		if s := c.firstSubnet(z.Name); s != nil {
+		if s := c.defaultSubnet(z.Name); s != nil {
 			nets = []*subnet{s}
 		}
 	}
@@ -752,7 +787,7 @@ func (c *Cloud) launch(l launchSpec) (*Instance, error) {
 		a := c.alloc(s)
 		if a == "" {
 			for _, x := range addrs {
-				delete(c.addrUsed, x)
+				c.freeAddr(x)
 			}
 			return nil, &muster.ProviderError{Kind: muster.ErrCapacity, Zone: z.Name, Message: fmt.Sprintf("sim: no free address in subnet %s", s.ID), Err: ErrNoAddress}
 		}
@@ -814,6 +849,20 @@ func (c *Cloud) firstSubnet(zone string) *subnet {
 	return nil
 }
 
+// defaultSubnet is where an instance without a subnet or space gets its
+// address: the zone's first subnet, or when that is full the next one
+// with a free address (a provisioner picks another subnet of the zone);
+// the first when all are full, nil if the zone has none.
+func (c *Cloud) defaultSubnet(zone string) *subnet {
+	first := c.firstSubnet(zone)
+	for _, s := range c.subnets {
+		if first != nil && s.Zone == zone && s.free() > 0 {
+			return s
+		}
+	}
+	return first
+}
+
 func (c *Cloud) subnetByID(id string) *subnet {
 	for _, s := range c.subnets {
 		if s.ID == id {
@@ -830,7 +879,7 @@ func (c *Cloud) subnetOfAddr(addr string) *subnet {
 		return nil
 	}
 	for _, s := range c.subnets {
-		if netip.PrefixFrom(netip.AddrFrom4([4]byte{s.prefix[0], s.prefix[1], s.prefix[2], 0}), 20).Contains(a) {
+		if s.net.Contains(a) {
 			return s
 		}
 	}
@@ -980,7 +1029,7 @@ func (c *Cloud) forgetLocked(inst *Instance) {
 	delete(c.files, inst.ID)
 	c.untoken(inst)
 	for _, a := range inst.Addresses {
-		delete(c.addrUsed, a)
+		c.freeAddr(a)
 	}
 	if z := c.zone(inst.Zone); z != nil {
 		z.used -= inst.Cores

@@ -104,7 +104,7 @@ func TestStartResultHardwareTagsVolumes(t *testing.T) {
 		t.Errorf("got hardware %+v, want %+v", res.Hardware, wantHW)
 	}
 	if len(res.Addresses) != 1 || !strings.HasPrefix(res.Addresses[0], "10.2.") {
-		t.Errorf("got addresses %v, want one in zone b's subnet 10.2.0.0/20", res.Addresses)
+		t.Errorf("got addresses %v, want one in zone b's subnet 10.2.0.0/17", res.Addresses)
 	}
 	if len(res.Volumes) != 1 || res.Volumes[0].Name != "data" || res.Volumes[0].Size != 10<<10 ||
 		res.Volumes[0].Pool != "ssd" || !strings.HasPrefix(res.Volumes[0].VolumeID, "vol-") {
@@ -434,11 +434,11 @@ func TestSubnetsSpacesAndDeriveZones(t *testing.T) {
 		got = append(got, s.ID+" "+s.CIDR+" "+s.Zone+" "+s.Space)
 	}
 	want := []string{
-		sim.SubnetID("a", "alpha") + " 10.1.0.0/20 a alpha",
-		sim.SubnetID("b", "alpha") + " 10.2.0.0/20 b alpha",
-		sim.SubnetID("b", "beta") + " 10.2.16.0/20 b beta",
-		sim.SubnetID("c", "alpha") + " 10.3.0.0/20 c alpha",
-		sim.SubnetID("c", "beta") + " 10.3.16.0/20 c beta",
+		sim.SubnetID("a", "alpha") + " 10.1.0.0/17 a alpha",
+		sim.SubnetID("b", "alpha") + " 10.2.0.0/17 b alpha",
+		sim.SubnetID("b", "beta") + " 10.2.128.0/17 b beta",
+		sim.SubnetID("c", "alpha") + " 10.3.0.0/17 c alpha",
+		sim.SubnetID("c", "beta") + " 10.3.128.0/17 c beta",
 	}
 	for _, s := range subnets {
 		if !regexp.MustCompile(`^subnet-[0-9a-f]{17}$`).MatchString(s.ID) {
@@ -481,8 +481,8 @@ func TestSubnetsSpacesAndDeriveZones(t *testing.T) {
 	sp := startParams("0", "c")
 	sp.SubnetsToZones = []map[string][]string{alpha, beta}
 	res := mustStart(t, p, sp)
-	if len(res.Addresses) != 2 || !strings.HasPrefix(res.Addresses[0], "10.3.0.") || !strings.HasPrefix(res.Addresses[1], "10.3.16.") {
-		t.Errorf("got addresses %v, want one in 10.3.0.0/20 and one in 10.3.16.0/20", res.Addresses)
+	if len(res.Addresses) != 2 || !strings.HasPrefix(res.Addresses[0], "10.3.0.") || !strings.HasPrefix(res.Addresses[1], "10.3.128.") {
+		t.Errorf("got addresses %v, want one in 10.3.0.0/17 and one in 10.3.128.0/17", res.Addresses)
 	}
 	sp = startParams("1", "a")
 	sp.SubnetsToZones = []map[string][]string{beta}

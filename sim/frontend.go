@@ -48,15 +48,9 @@ type SubnetState struct {
 func (c *Cloud) Subnets() []SubnetState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	used := map[*subnet]int{}
-	for a := range c.addrUsed {
-		if s := c.subnetOfAddr(a); s != nil {
-			used[s]++
-		}
-	}
 	out := make([]SubnetState, 0, len(c.subnets))
 	for _, s := range c.subnets {
-		out = append(out, SubnetState{Subnet: s.Subnet, Default: c.firstSubnet(s.Zone) == s, Free: lastHost - firstHost + 1 - used[s]})
+		out = append(out, SubnetState{Subnet: s.Subnet, Default: c.firstSubnet(s.Zone) == s, Free: s.free()})
 	}
 	return out
 }

@@ -134,8 +134,7 @@ func scanMachine(sc interface{ Scan(...any) error }) (muster.Machine, error) {
 		}
 	}
 	if inst != "" {
-		m.Instance = new(muster.InstanceInfo)
-		if err := json.Unmarshal([]byte(inst), m.Instance); err != nil {
+		if m.Instance, err = decodeInstance(inst); err != nil {
 			return m, fmt.Errorf("decode instance of machine %s: %w", m.ID, err)
 		}
 	}

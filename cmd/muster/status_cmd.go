@@ -12,8 +12,11 @@ import (
 
 // writeStatus prints st in format (table, json or yaml).
 func writeStatus(w io.Writer, st api.Status, format string, wide bool) error {
-	if format == "table" {
+	switch format {
+	case "table":
 		return api.WriteStatusTable(w, st, wide)
+	case "json":
+		return api.WriteStatusJSON(w, st)
 	}
 	return api.WriteAs(w, format, st.Script(), nil, nil)
 }

@@ -268,9 +268,9 @@ func TestEC2ZonesAndSubnets(t *testing.T) {
 		t.Fatalf("got %d subnets in %d pages, want 6 in 2", len(subnets), pages)
 	}
 	sa := subnets[0]
-	if aws.ToString(sa.SubnetId) != sim.SubnetID("a", "alpha") || aws.ToString(sa.CidrBlock) != "10.1.0.0/20" || aws.ToString(sa.AvailabilityZone) != "a" ||
+	if aws.ToString(sa.SubnetId) != sim.SubnetID("a", "alpha") || aws.ToString(sa.CidrBlock) != "10.1.0.0/17" || aws.ToString(sa.AvailabilityZone) != "a" ||
 		!aws.ToBool(sa.DefaultForAz) || sa.State != types.SubnetStateAvailable || !strings.HasPrefix(aws.ToString(sa.VpcId), "vpc-") ||
-		aws.ToInt32(sa.AvailableIpAddressCount) != 4091 || len(sa.Tags) != 1 || aws.ToString(sa.Tags[0].Key) != "muster-space" || aws.ToString(sa.Tags[0].Value) != "alpha" {
+		aws.ToInt32(sa.AvailableIpAddressCount) != 32763 || len(sa.Tags) != 1 || aws.ToString(sa.Tags[0].Key) != "muster-space" || aws.ToString(sa.Tags[0].Value) != "alpha" {
 		t.Errorf("first subnet: got %+v", sa)
 	}
 	if aws.ToBool(subnets[1].DefaultForAz) || aws.ToString(subnets[1].SubnetId) != sim.SubnetID("a", "beta") {
@@ -283,8 +283,8 @@ func TestEC2ZonesAndSubnets(t *testing.T) {
 	// An instance takes an address.
 	e.run(t, e.runIn(t, sim.SubnetID("c", "beta"), 1, 1, nil))
 	byID, err := e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{sim.SubnetID("c", "beta")}})
-	if err != nil || len(byID.Subnets) != 1 || aws.ToInt32(byID.Subnets[0].AvailableIpAddressCount) != 4090 {
-		t.Errorf("subnet-c-beta after a start: got %+v, %v, want 4090 free addresses", byID, err)
+	if err != nil || len(byID.Subnets) != 1 || aws.ToInt32(byID.Subnets[0].AvailableIpAddressCount) != 32762 {
+		t.Errorf("subnet-c-beta after a start: got %+v, %v, want 32762 free addresses", byID, err)
 	}
 	_, err = e.api.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{"subnet-nope"}}, once)
 	wantAPIError(t, "unknown subnet", err, "InvalidSubnetID.NotFound", 400)
@@ -403,7 +403,7 @@ func TestEC2RunInstancesDescribed(t *testing.T) {
 		in.State.Name != types.InstanceStateNameRunning || aws.ToInt32(in.State.Code) != 16 ||
 		aws.ToString(in.Placement.AvailabilityZone) != "b" || in.Placement.Tenancy != types.TenancyDefault ||
 		aws.ToString(in.SubnetId) != sim.SubnetID("b", "beta") || !strings.HasPrefix(aws.ToString(in.VpcId), "vpc-") ||
-		!strings.HasPrefix(ip, "10.2.16.") || aws.ToString(in.PrivateDnsName) != "ip-"+strings.ReplaceAll(ip, ".", "-")+".ec2.internal" ||
+		!strings.HasPrefix(ip, "10.2.128.") || aws.ToString(in.PrivateDnsName) != "ip-"+strings.ReplaceAll(ip, ".", "-")+".ec2.internal" ||
 		in.Architecture != types.ArchitectureValuesArm64 || in.RootDeviceType != types.DeviceTypeEbs || aws.ToString(in.RootDeviceName) != "/dev/sda1" ||
 		aws.ToString(in.ClientToken) != "token-1" || aws.ToInt32(in.AmiLaunchIndex) != 0 || in.LaunchTime == nil || !in.LaunchTime.Equal(epoch) {
 		t.Errorf("got instance %+v", in)

@@ -1,0 +1,48 @@
+package api
+
+import (
+	"bytes"
+	"testing"
+)
+
+// checkStatusJSON fails unless WriteStatusJSON writes exactly what
+// WriteJSON writes of st.Script().
+func checkStatusJSON(t *testing.T, st Status) {
+	t.Helper()
+	var want, got bytes.Buffer
+	if err := WriteJSON(&want, st.Script()); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteStatusJSON(&got, st); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("WriteStatusJSON wrote\n%s\nwant (WriteJSON of Script)\n%s", got.Bytes(), want.Bytes())
+	}
+}
+
+func TestWriteStatusJSONIsWriteJSON(t *testing.T) {
+	checkStatusJSON(t, Status{})
+	checkStatusJSON(t, Status{Model: "m", Machines: map[string]MachineStatus{}, Zones: map[string]ZoneStatus{}})
+	st := bigStatus(120) // ids 0..119: string order puts 10 before 2
+	m := st.Machines["7"]
+	m.StatusMessage, m.KeepInstance, m.Addresses = "<b>\"x\"\\ & \t\n\x01 \u2028 é \xff", true, []string{"a", "b"}
+	st.Machines["7"] = m
+	m.Addresses = nil
+	st.Machines["8"] = m
+	st.Machines["<&>\u2029"] = MachineStatus{Life: "dead"}
+	st.ProvisionerError, st.Replacing = "not in the script", map[string]string{"1": "x"}
+	checkStatusJSON(t, st)
+}
+
+func FuzzWriteStatusJSON(f *testing.F) {
+	f.Add("0", "alive", "msg", "10.0.0.1", "a", true)
+	f.Add("<>", "\u2028\xff\x00", "\\\"", "", "", false)
+	f.Fuzz(func(t *testing.T, id, life, msg, addr, zone string, keep bool) {
+		st := Status{Model: msg, Provider: zone, HarvestMode: life,
+			Machines: map[string]MachineStatus{id: {Life: life, StatusMessage: msg, Zone: zone, Addresses: []string{addr, msg}, KeepInstance: keep},
+				id + "1": {Hardware: msg + id}},
+			Zones: map[string]ZoneStatus{zone: {Available: keep, Machines: len(msg)}}}
+		checkStatusJSON(t, st)
+	})
+}
