@@ -90,10 +90,7 @@ func run(args []string, out, errOut io.Writer) error {
 	case *policy != "" && (*policy != "juju" || *scenario != "convergence"):
 		return fmt.Errorf("bad --policy %q: want juju, with the convergence scenario", *policy)
 	case *policy == "juju":
-		n := *machines
-		if n == 0 {
-			n = 1000
-		}
+		n := machinesOr(*machines, 1000)
 		if n < 1 || *adds < 0 {
 			return fmt.Errorf("bad --machines %d or --adds %d: want at least 1 and 0", n, *adds)
 		}
@@ -118,10 +115,7 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	switch *scenario {
 	case "convergence":
-		n := *machines
-		if n == 0 {
-			n = 1000
-		}
+		n := machinesOr(*machines, 1000)
 		if n < 1 {
 			return fmt.Errorf("bad --machines %d: want at least 1", n)
 		}
@@ -138,10 +132,7 @@ func run(args []string, out, errOut io.Writer) error {
 		}
 		printConvergence(out, res)
 	case "event-latency":
-		n := *machines
-		if n == 0 {
-			n = 10000
-		}
+		n := machinesOr(*machines, 10000)
 		if n < 1 || *adds < 1 {
 			return fmt.Errorf("bad --machines %d or --adds %d: want at least 1", n, *adds)
 		}
@@ -158,10 +149,7 @@ func run(args []string, out, errOut io.Writer) error {
 		}
 		printEventLatency(out, res)
 	case "agents":
-		n := *machines
-		if n == 0 {
-			n = 10000
-		}
+		n := machinesOr(*machines, 10000)
 		if n < 1 || n > api.MaxAddMachines || *steady < 0 {
 			return fmt.Errorf("bad --machines %d or --steady %s: want 1 to %d and at least 0", n, *steady, api.MaxAddMachines)
 		}
@@ -183,10 +171,7 @@ func run(args []string, out, errOut io.Writer) error {
 		}
 		return err
 	case "failover":
-		n := *machines
-		if n == 0 {
-			n = 20
-		}
+		n := machinesOr(*machines, 20)
 		if n < 1 {
 			return fmt.Errorf("bad --machines %d: want at least 1", n)
 		}
@@ -275,4 +260,12 @@ func printEventLatency(out io.Writer, e EventLatency) {
 	}
 	fmt.Fprintf(out, "full instance listings during the adds: %d (%s)\n", e.FullListings, verdict)
 	fmt.Fprintf(out, "peak RSS %.1f MB, CPU %.2f s\n", e.PeakRSSMB, e.CPUSeconds)
+}
+
+// machinesOr is the --machines value n, or def when it was not given.
+func machinesOr(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return n
 }
