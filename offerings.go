@@ -16,7 +16,9 @@ type Offerings struct {
 	Zones         []string
 }
 
-// InstanceTypeOffer is one instance type a provider offers.
+// InstanceTypeOffer is one instance type a provider offers; a nameless
+// one is a host without instance types (docker), whose size bounds the
+// constraints.
 type InstanceTypeOffer struct {
 	Name  string
 	Arch  string
@@ -25,7 +27,11 @@ type InstanceTypeOffer struct {
 }
 
 func (it InstanceTypeOffer) String() string {
-	return fmt.Sprintf("%s (%s, %d cores, mem %s)", it.Name, it.Arch, it.Cores, FormatSize(it.Mem))
+	name := it.Name
+	if name == "" {
+		name = "the host"
+	}
+	return fmt.Sprintf("%s (%s, %d cores, mem %s)", name, it.Arch, it.Cores, FormatSize(it.Mem))
 }
 
 // Offerer is offered by providers that know without calling their cloud
@@ -57,7 +63,9 @@ func (o Offerings) Check(t MachineTemplate) error {
 	var names, arches []string
 	var fit []InstanceTypeOffer
 	for _, it := range o.InstanceTypes {
-		names = appendNew(names, it.Name)
+		if it.Name != "" {
+			names = appendNew(names, it.Name)
+		}
 		arches = appendNew(arches, it.Arch)
 		if it.Arch == c.ArchOrDefault() && (c.InstanceType == "" || c.InstanceType == it.Name) {
 			fit = append(fit, it)

@@ -48,6 +48,19 @@ func TestOfferingsCheck(t *testing.T) {
 			t.Errorf("Check(%v, %s, %s) = %v, want invalid with %q", tt.t.Constraints, tt.t.Base, tt.t.Placement, err, tt.want)
 		}
 	}
+	// A host without instance types (docker): its size bounds cores and mem.
+	host := Offerings{InstanceTypes: []InstanceTypeOffer{{Arch: "amd64", Cores: 4, Mem: 8192}}}
+	if err := host.Check(tmpl("cores=4 mem=8GiB", "", "")); err != nil {
+		t.Errorf("host offer refused what fits: %v", err)
+	}
+	for cons, want := range map[string]string{
+		"cores=5":          "no instance type offers cores=5: the largest is the host (amd64, 4 cores, mem 8G)",
+		"instance-type=m1": `instance type "m1" is not offered: there are none`,
+	} {
+		if err := host.Check(tmpl(cons, "", "")); err == nil || err.Error() != want {
+			t.Errorf("host offer, %s: %v, want %q", cons, err, want)
+		}
+	}
 	// Nothing known: nothing checked.
 	if err := (Offerings{}).Check(tmpl("cores=1000 zones=z instance-type=x", "ubuntu@99.99", "zone=q")); err != nil {
 		t.Errorf("empty Offerings refused: %v", err)

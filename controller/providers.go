@@ -213,6 +213,10 @@ func openDockerProvider(ctx context.Context, env ProviderEnv) (*ModelProvider, e
 	if err != nil {
 		return nil, fmt.Errorf("open docker provider of model %s: %w", env.Model.Name, err)
 	}
+	// The host's size, for the up-front check of new machines (Offerings).
+	if _, _, err := p.Resources(ctx); err != nil {
+		env.Logger.Warn("docker host resources unknown: machines are not checked against them", "err", err)
+	}
 	return servedOnGateways(ctx, env, "docker", p)
 }
 

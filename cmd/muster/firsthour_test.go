@@ -79,6 +79,9 @@ func TestE2EFirstHour(t *testing.T) {
 	if out := tc.ok("status", "1", "-o", "yaml"); !strings.Contains(out, "machines:\n  \"1\":") || strings.Contains(out, "\"0\":") {
 		t.Errorf("status 1 -o yaml:\n%s", out)
 	}
+	if narrow, wide := tc.ok("status"), tc.ok("status", "-o", "wide"); wide != tc.ok("status", "--wide") || !strings.HasPrefix(narrow, "Model ") || !strings.HasPrefix(wide, "Model ") {
+		t.Errorf("status -o wide differs from --wide:\n%s", wide)
+	}
 	// show-machine gives hardware, volumes and attachments once.
 	if out := tc.ok("show-machine", "0"); strings.Count(out, "hardware:") != 1 || strings.Count(out, "volumes:") != 1 || !strings.Contains(out, "instance-id: i-") {
 		t.Errorf("show-machine 0:\n%s", out)

@@ -173,6 +173,7 @@ func newShowMachineCmd(o *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               "show-machine ID",
 		Short:             "Show one machine in full, with its recent events",
+		Example:           "  muster show-machine 3 -o json",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeMachineIDs(o),
 		RunE: func(cmd *cobra.Command, args []string) error {

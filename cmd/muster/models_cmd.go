@@ -165,6 +165,8 @@ func newSwitchCmd(o *globalOptions) *cobra.Command {
 says otherwise, by recording it in the client config file (as juju
 switch and kubectl config use-context do); without MODEL, print the
 current model.`,
+		Example: `  muster switch staging
+  muster switch`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeModels(o),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -47,6 +47,9 @@ ids and messages are cut short unless --wide.`,
 			if err != nil {
 				return err
 			}
+			if format == "wide" { // kubectl's -o wide
+				format, wide = "table", true
+			}
 			write := func(w io.Writer, st api.Status) error { return writeStatus(w, st, format, wide) }
 			if !watch {
 				st, err := c.StatusOf(ctx, model, ids)
@@ -58,7 +61,7 @@ ids and messages are cut short unless --wide.`,
 			return c.WatchStatus(ctx, model, ids, cmd.OutOrStdout(), format == "table", write)
 		},
 	}
-	formatFlag(cmd, &format, api.Formats...)
+	formatFlag(cmd, &format, append(api.Formats, "wide")...)
 	cmd.Flags().BoolVar(&watch, "watch", false, "print the status again on every change, until interrupted")
 	cmd.Flags().BoolVar(&wide, "wide", false, "show ids and messages in full")
 	return cmd
