@@ -21,10 +21,10 @@ import (
 type certRuntime struct{ cert []byte }
 
 func (certRuntime) Zones(context.Context, string) ([]api.ZoneInfo, error) { return nil, nil }
-func (certRuntime) ProvisionerError(string) string                       { return "" }
-func (certRuntime) Monitors(string) bool                                 { return false }
-func (certRuntime) ValidateModel(muster.Model) error                     { return nil }
-func (certRuntime) ProviderHandler(string) http.Handler                  { return nil }
+func (certRuntime) ProvisionerError(string) string                        { return "" }
+func (certRuntime) Monitors(string) bool                                  { return false }
+func (certRuntime) ValidateModel(muster.Model) error                      { return nil }
+func (certRuntime) ProviderHandler(string) http.Handler                   { return nil }
 func (certRuntime) AgentBinary(string) (string, error) {
 	return "", muster.Errorf(muster.ENotFound, "none")
 }

@@ -90,7 +90,11 @@ func TestEnrolHandsOutOwnCredentialsOnce(t *testing.T) {
 	}{
 		{"instance A's document for machine B", f.request(t, "1", f.inst["0"], f.tok), muster.EUnauthorized},
 		{"altered document", forged, muster.EUnauthorized},
-		{"signature of another document", func() api.EnrolRequest { r := ownA; r.Signature = f.request(t, "1", f.inst["1"], f.tok).Signature; return r }(), muster.EUnauthorized},
+		{"signature of another document", func() api.EnrolRequest {
+			r := ownA
+			r.Signature = f.request(t, "1", f.inst["1"], f.tok).Signature
+			return r
+		}(), muster.EUnauthorized},
 		{"signed by another cloud", api.EnrolRequest{Model: "default", Machine: "0", Token: f.tok, Document: string(fdoc), Signature: fsig}, muster.EUnauthorized},
 		{"wrong batch token", f.request(t, "0", f.inst["0"], f.other), muster.EUnauthorized},
 		{"another batch's machine", f.request(t, "2", f.inst["2"], f.tok), muster.EUnauthorized},
