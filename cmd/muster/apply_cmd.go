@@ -88,11 +88,11 @@ func applyFleet(ctx context.Context, c *api.Client, model string, req api.ApplyR
 	if dryRun || !wait {
 		return nil
 	}
-	failures, err := waitFor(ctx, c, model, applyGoals(res), progressW, "applying")
+	failures, err := c.WaitShowing(ctx, model, applyGoals(res), progressW, "applying", false)
 	if err != nil {
 		return err
 	}
-	return failureError(failures)
+	return api.FailureError(failures, 0)
 }
 
 func newApplyCmd(o *globalOptions) *cobra.Command {

@@ -113,14 +113,6 @@ func newTabWriter(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// waitFor waits for goals showing progress on w (api.Client.WaitShowing).
-func waitFor(ctx context.Context, c *api.Client, model string, goals map[string]api.Goal, w io.Writer, what string) ([]string, error) {
-	return c.WaitShowing(ctx, model, goals, w, what, false)
-}
-
-// failureError reports machines that ended in error after a wait.
-func failureError(failures []string) error { return api.FailureError(failures, 0) }
-
 // formatFlag adds --format (-o, as kubectl's) with its choices, the first
 // the default: completed, and checked before the command runs.
 func formatFlag(cmd *cobra.Command, format *string, choices ...string) {

@@ -264,7 +264,7 @@ func waitAgents(ctx context.Context, c *api.Client, model, provider string, w io
 		}
 	})
 	defer giveUp.Stop()
-	_, err = waitFor(wctx, c, model, goals, w, "agents starting")
+	_, err = c.WaitShowing(wctx, model, goals, w, "agents starting", false)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		fmt.Fprintln(w, "(not every agent reported; going on)")
 		return nil

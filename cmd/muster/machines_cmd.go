@@ -124,7 +124,7 @@ func newRemoveMachineCmd(o *globalOptions) *cobra.Command {
 			for _, id := range ids {
 				goals[id] = api.Removed
 			}
-			_, err = waitFor(ctx, c, model, goals, cmd.ErrOrStderr(), "removing")
+			_, err = c.WaitShowing(ctx, model, goals, cmd.ErrOrStderr(), "removing", false)
 			return err
 		},
 	}
