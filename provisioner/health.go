@@ -88,7 +88,7 @@ func (p *Provisioner) observeHealth(ms []muster.Machine) {
 			}
 			e = &healthEntry{cond: c, since: now}
 			p.health[m.ID] = e
-			if due, _ := deadline(e, p.groupSettings(m.Group), now); !due.IsZero() && (p.healthNext.IsZero() || due.Before(p.healthNext)) {
+			if due, _ := deadline(e, p.groupSettings(m.Group), now); !due.IsZero() && (p.healthTimer == nil || due.Before(p.healthNext)) {
 				p.armHealth(due)
 			}
 		}
