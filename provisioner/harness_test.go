@@ -179,6 +179,9 @@ type harness struct {
 	// model, when set, is the model a provisioner is started with instead
 	// of the store's (a controller's stale copy).
 	startModel *muster.Model
+	// afterRecord, when set before start, runs after every
+	// RecordInstances of the provisioner's store returns.
+	afterRecord func()
 
 	cancel context.CancelFunc
 	done   chan error
@@ -294,7 +297,7 @@ func (h *harness) start2(prov muster.Provider) {
 	p, err := provisioner.New(provisioner.Config{
 		ControllerUUID: controllerUUID,
 		Model:          m,
-		Store:          eventWatching{h.store2},
+		Store:          eventWatching{Store: h.store2, afterRecord: h.afterRecord},
 		Idle: func(rev int64, jobs int) {
 			h.idleMu.Lock()
 			h.idleRev, h.idleJobs = rev, jobs
@@ -355,7 +358,18 @@ func (h *harness) advanceUntil(what string, step time.Duration, cond func() bool
 // tests: its watcher delivers event changes too (the provisioner ignores
 // them), so that the revision of the last change set the loop handled
 // can be compared with the store's (quiesce).
-type eventWatching struct{ provisioner.Store }
+type eventWatching struct {
+	provisioner.Store
+	afterRecord func()
+}
+
+func (s eventWatching) RecordInstances(ctx context.Context, model string, rs []muster.InstanceRecord) ([]error, error) {
+	errs, err := s.Store.RecordInstances(ctx, model, rs)
+	if s.afterRecord != nil {
+		s.afterRecord()
+	}
+	return errs, err
+}
 
 func (s eventWatching) Watch(ctx context.Context, model string, from int64, kinds ...muster.ChangeKind) (muster.Watcher, error) {
 	return s.Store.Watch(ctx, model, from, append(kinds, muster.ChangeEvent)...)

@@ -150,6 +150,10 @@ func deadline(e *healthEntry, s *muster.Settings, now time.Time) (due time.Time,
 	return time.Time{}, false
 }
 
+// busyRecheck is how soon remediation looks again at a machine due for
+// replacement that was busy (starting, stopping) when it came due.
+const busyRecheck = 5 * time.Second
+
 // groupStat is one group's health for R3.
 type groupStat struct {
 	s                          *muster.Settings // in force for the group
@@ -204,6 +208,12 @@ func (p *Provisioner) groupStats(now time.Time) (map[string]*groupStat, time.Tim
 			}
 		case p.replaceable(e.m):
 			g.due = append(g.due, e)
+		default:
+			// Due while its start or stop is still in flight: nothing
+			// else wakes remediation when that ends, so look again soon.
+			if again := now.Add(busyRecheck); next.IsZero() || again.Before(next) {
+				next = again
+			}
 		}
 	}
 	return stats, next

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,6 +117,33 @@ func TestRegistrationTimeoutBoundedByRetryCount(t *testing.T) {
 		t.Fatalf("got %d starts, want 3 (the first and retry-count=2 replacements)", got)
 	}
 	h.onlyInstance("0")
+}
+
+// A machine that comes due while its start is still being finished (the
+// instance recorded, the worker not back yet) is not replaceable then; it
+// is looked at again once the start is done, with nothing else changing.
+func TestRegistrationTimeoutDuringStartInFlight(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withSettings(func(s *muster.Settings) { s.RegistrationTimeout = 30 * time.Second }))
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	var first sync.Once
+	h.afterRecord = func() { first.Do(func() { <-hold }) }
+	h.start()
+	h.add(1, muster.MachineTemplate{})
+	h.waitFor("machine 0 running", h.running("0"))
+	h.quiesceLoop()
+	h.clock.Advance(30 * time.Second) // due, but its start has not ended
+	h.quiesceLoop()
+	if got := len(h.prov.startCalls()); got != 1 {
+		t.Fatalf("got %d starts while the first is in flight, want 1", got)
+	}
+	release()
+	h.advanceUntil("the replacement", time.Second, func() bool { return len(h.prov.startCalls()) >= 2 })
+	if !hasLine(h.eventLines("0"), "replace", "registration-timeout") {
+		t.Fatalf("events %q: want a registration-timeout replace event", h.eventLines("0"))
+	}
 }
 
 func TestScenario27_UnhealthyReplacedOnceAndBreaker(t *testing.T) {
