@@ -72,13 +72,18 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 	cfg.APIAddresses, cfg.CACert = []string{s.apiURL}, s.caCert
 	hw := muster.Hardware{Arch: inst.Arch, Cores: uint64(inst.Cores), Mem: inst.Mem, RootDisk: inst.RootDisk, AvailabilityZone: inst.Zone}
 	addrs := append([]string(nil), inst.Addresses...)
+	// Only an instance restored from the sim's state may have been
+	// released meanwhile; a new one is its machine's (a replacement's is
+	// recorded just after this call, so asking the store would wrongly
+	// find the old instance).
+	restored := !s.isReady()
 	s.runner.Start(inst.ID, func(ctx context.Context) {
 		select {
 		case <-s.ready: // instances restored while the sim opens boot once it is
 		case <-ctx.Done():
 			return
 		}
-		if !s.isEnabled(ctx) || s.released(ctx, inst.ID, cfg.Machine) {
+		if !s.isEnabled(ctx) || (restored && s.released(ctx, inst.ID, cfg.Machine)) {
 			s.skipped.Add(1)
 			return
 		}
@@ -105,6 +110,16 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 func (s *simAgents) setCloud(c *sim.Cloud) {
 	s.cloud = c
 	close(s.ready)
+}
+
+// isReady reports whether setCloud has run (the sim is open).
+func (s *simAgents) isReady() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // onStop is the sim's OnStop hook: the instance's agent stops, so its

@@ -202,6 +202,12 @@ type Resources struct {
 	} `json:"memory"`
 }
 
+// Ping asks for the daemon's server record (GET /1.0): nil when it answers.
+func (c *Client) Ping(ctx context.Context) error {
+	var v struct{}
+	return c.get(ctx, "/1.0", &v)
+}
+
 // Resources returns the host's CPUs and memory.
 func (c *Client) Resources(ctx context.Context) (Resources, error) {
 	var r Resources

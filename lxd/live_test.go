@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,12 +15,38 @@ import (
 )
 
 // needLXD skips a test unless MUSTER_TEST_LXD=1 says a daemon with the
-// image is at hand (.ci/run sets it after setting LXD up).
+// image is at hand (.ci/run sets it after setting LXD up), and fails it
+// at once when the daemon does not answer: a wedged daemon then costs the
+// run seconds per test, not each test's timeouts.
 func needLXD(tb testing.TB) {
 	tb.Helper()
 	if os.Getenv("MUSTER_TEST_LXD") != "1" {
 		tb.Skip("set MUSTER_TEST_LXD=1 to run against a real LXD daemon (with the image " + testImage() + ")")
 	}
+	if err := daemonAnswers(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// daemonStuck is the first failed ping of this run, if any.
+var daemonStuck atomic.Pointer[error]
+
+// daemonAnswers pings the daemon (once it has failed to answer, it is not
+// asked again).
+func daemonAnswers() error {
+	if err := daemonStuck.Load(); err != nil {
+		return fmt.Errorf("%w (earlier in this run; not asked again)", *err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := NewClient(DefaultSocket)
+	defer c.Close()
+	if err := c.Ping(ctx); err != nil {
+		err = fmt.Errorf("the LXD daemon did not answer GET /1.0 within 30s: %w", err)
+		daemonStuck.CompareAndSwap(nil, &err)
+		return err
+	}
+	return nil
 }
 
 // testImage is the image alias the live tests use: MUSTER_TEST_LXD_IMAGE

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/musterhq/muster/internal/testutil"
 )
 
 // testCacheDir keeps the image tarball between runs:
@@ -22,6 +24,12 @@ func testCacheDir() string {
 // the image built (minutes, once).
 func TestMain(m *testing.M) {
 	if os.Getenv("MUSTER_TEST_LXD") == "1" {
+		if err := daemonAnswers(); err != nil {
+			fmt.Fprintf(os.Stderr, "lxd tests: %v\n", err)
+			os.Exit(1)
+		}
+		c := NewClient(DefaultSocket)
+		defer testutil.Watchdog("the LXD daemon (GET /1.0)", 15*time.Second, 20*time.Second, c.Ping)()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		began := time.Now()
 		img, err := BuildImage(ctx, ImageOptions{CacheDir: testCacheDir(), Alias: testImage(), Log: os.Stderr})

@@ -40,13 +40,19 @@ func requireLXDE2E(t *testing.T) *lxdE2E {
 	if cache == "" {
 		cache = "/var/cache/muster-lxd"
 	}
+	c := lxd.NewClient(lxd.DefaultSocket)
+	t.Cleanup(c.Close)
+	ping, cancelPing := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelPing()
+	if err := c.Ping(ping); err != nil {
+		t.Fatalf("the LXD daemon did not answer GET /1.0 within 30s: %v", err)
+	}
+	t.Cleanup(testutil.Watchdog("the LXD daemon (GET /1.0)", 15*time.Second, 20*time.Second, c.Ping))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if _, err := lxd.BuildImage(ctx, lxd.ImageOptions{CacheDir: cache}); err != nil {
 		t.Fatal(err)
 	}
-	c := lxd.NewClient(lxd.DefaultSocket)
-	t.Cleanup(c.Close)
 	return &lxdE2E{t: t, c: c}
 }
 
