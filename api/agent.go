@@ -127,7 +127,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	if req.Model == "" || req.Machine == "" || req.Password == "" {
 		return refused("agent login without model, machine or password")
 	}
-	m, err := s.store.Model(ctx, req.Model)
+	m, err := s.models.get(ctx, s.store, s.clock, req.Model)
 	if muster.IsCode(err, muster.ENotFound) {
 		return refused("agent login to an unknown model")
 	} else if err != nil {

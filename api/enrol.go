@@ -64,7 +64,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 		s.authFail.fail(r, "enrolment without model, machine, token or identity")
 		return muster.Errorf(muster.EUnauthorized, "enrolment needs model, machine, token, document and signature")
 	}
-	m, err := s.store.Model(ctx, req.Model)
+	m, err := s.models.get(ctx, s.store, s.clock, req.Model)
 	if muster.IsCode(err, muster.ENotFound) {
 		s.authFail.fail(r, "enrolment in an unknown model")
 		return muster.Errorf(muster.EUnauthorized, "enrolment refused: unknown model")

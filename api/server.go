@@ -123,6 +123,7 @@ type Server struct {
 	authFail    *authFailures
 	sessionKey  []byte
 	requests    *requestMetrics
+	models      modelCache // for the agent endpoints
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
