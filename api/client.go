@@ -252,7 +252,7 @@ func (c *Client) Status(ctx context.Context, model string) (Status, error) {
 		}
 		// Each page's machines are decoded straight into the first's map.
 		page := Status{Machines: out.Machines}
-		if err := c.Do(ctx, http.MethodGet, modelPath(model, "status")+"?"+q.Encode(), nil, &page); err != nil {
+		if err := c.statusPage(ctx, modelPath(model, "status")+"?"+q.Encode(), &page); err != nil {
 			return Status{}, err
 		}
 		if first {
@@ -270,6 +270,92 @@ func (c *Client) Status(ctx context.Context, model string) (Status, error) {
 		}
 		after = *page.Next
 	}
+}
+
+// statusPage reads one page of the status into page, decoding each
+// machine as soon as its bytes are in: a whole-value Decode would wait for
+// the page's last byte, so the server's reading and the client's decoding
+// would take turns instead of overlapping.
+func (c *Client) statusPage(ctx context.Context, path string, page *Status) error {
+	resp, err := c.send(ctx, http.MethodGet, path, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if page.Machines == nil {
+		page.Machines = map[string]MachineStatus{}
+	}
+	if err := decodeStatus(resp.Body, page); err != nil {
+		return &muster.Error{Code: muster.EInternal, Message: fmt.Sprintf("decode answer to GET %s: %v", path, err), Err: err}
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // keep the connection (see Do)
+	return nil
+}
+
+// decodeStatus decodes a status object from r into st, its machines one
+// by one into st.Machines (which must not be nil).
+func decodeStatus(r io.Reader, st *Status) error {
+	dec := json.NewDecoder(r)
+	delim := func(want json.Delim) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if tok != want {
+			return fmt.Errorf("got %v, want %v", tok, want)
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return err
+	}
+	rest := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if key != "machines" {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return err
+			}
+			rest[key] = raw
+			continue
+		}
+		switch tok, err := dec.Token(); {
+		case err != nil:
+			return err
+		case tok == nil: // "machines": null, no machines
+			continue
+		case tok != json.Delim('{'):
+			return fmt.Errorf("machines: got %v, want an object", tok)
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			id, _ := tok.(string)
+			var m MachineStatus
+			if err := dec.Decode(&m); err != nil {
+				return fmt.Errorf("machine %q: %w", id, err)
+			}
+			st.Machines[id] = m
+		}
+		if err := delim('}'); err != nil {
+			return err
+		}
+	}
+	if err := delim('}'); err != nil {
+		return err
+	}
+	b, err := json.Marshal(rest)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, st) // the rest of the fields: machines is not among them
 }
 
 // Machines returns one page of the model's machines in full (GET
