@@ -92,8 +92,10 @@ func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
 	if err != nil {
 		return err
 	}
+	var enrolled *session // the session the enrolment opened, used first
 	if cfg.Enrolling() {
-		if err := a.enrol(ctx); ctx.Err() != nil {
+		var err error
+		if enrolled, err = a.enrol(ctx); ctx.Err() != nil {
 			return nil
 		} else if err != nil {
 			a.log.Error("agent giving up", "err", err)
@@ -101,7 +103,15 @@ func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
 		}
 	}
 	for {
-		s, err := a.login(ctx)
+		var (
+			s   session
+			err error
+		)
+		if enrolled != nil {
+			s, enrolled = *enrolled, nil
+		} else {
+			s, err = a.login(ctx)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -201,16 +211,7 @@ func (a *agent) login(ctx context.Context) (session, error) {
 			}
 			if err == nil {
 				a.cur = idx
-				period, perr := time.ParseDuration(res.Heartbeat)
-				if perr != nil || period <= 0 {
-					period = DefaultHeartbeat
-				}
-				model := res.ModelUUID
-				if model == "" {
-					model = a.cfg.Model
-				}
-				a.log.Info("agent logged in", "controller", c.URL(), "heartbeat", period)
-				return session{client: c.WithToken(res.Token), token: res.Token, model: model, period: period}, nil
+				return a.newSession(c, res), nil
 			}
 			switch muster.ErrorCode(err) {
 			case muster.EUnauthorized, muster.EInvalid, muster.EForbidden:
@@ -241,6 +242,20 @@ func (a *agent) login(ctx context.Context) (session, error) {
 			return session{}, err
 		}
 	}
+}
+
+// newSession is the session a login (or an enrolment) at c returned.
+func (a *agent) newSession(c *api.Client, res api.LoginResult) session {
+	period, err := time.ParseDuration(res.Heartbeat)
+	if err != nil || period <= 0 {
+		period = DefaultHeartbeat
+	}
+	model := res.ModelUUID
+	if model == "" {
+		model = a.cfg.Model
+	}
+	a.log.Info("agent logged in", "controller", c.URL(), "heartbeat", period)
+	return session{client: c.WithToken(res.Token), token: res.Token, model: model, period: period}
 }
 
 // errMachineDead ends serve: the agent's work is done.

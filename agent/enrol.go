@@ -27,12 +27,12 @@ const maxMetadata = 64 << 10
 // retrying transient failures (the controller unreachable, the instance
 // not recorded yet) with backoff. It fails for good when the controller
 // refuses (unauthorized, conflict: the credentials were handed out).
-func (a *agent) enrol(ctx context.Context) error {
+func (a *agent) enrol(ctx context.Context) (*session, error) {
 	b := a.newBackoff()
 	for {
 		res, err := a.tryEnrol(ctx)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if err == nil {
 			a.cfg.Machine, a.cfg.Nonce, a.cfg.Password, a.cfg.EnrolToken = res.Machine, res.Nonce, res.Password, ""
@@ -42,16 +42,20 @@ func (a *agent) enrol(ctx context.Context) error {
 					a.log.Warn("enrolled credentials not kept", "err", err)
 				}
 			}
-			return nil
+			if res.Session == nil {
+				return nil, nil // the agent logs in
+			}
+			s := a.newSession(a.clients[a.cur], *res.Session)
+			return &s, nil
 		}
 		switch muster.ErrorCode(err) {
 		case muster.EUnauthorized, muster.EInvalid, muster.EForbidden, muster.EConflict, muster.ENotFound:
-			return fmt.Errorf("enrol as machine %s: %s: %w", a.cfg.Machine, muster.ErrorCode(err), err)
+			return nil, fmt.Errorf("enrol as machine %s: %s: %w", a.cfg.Machine, muster.ErrorCode(err), err)
 		}
 		d := b.next()
 		a.log.Warn("agent enrolment failed", "err", err, "retry-in", d)
 		if err := a.sleep(ctx, d); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }

@@ -92,6 +92,10 @@ func TestAgentEnrolsThenLogsIn(t *testing.T) {
 		t.Errorf("kept config %+v: want the machine's nonce and a password, no token", kept)
 	}
 	mu.Unlock()
+	// The enrolment's session served: no login request was made.
+	if n := h.logins.Load(); n != 0 {
+		t.Errorf("%d login requests after enrolling, want 0 (the enrolment opened the session)", n)
+	}
 
 	for name, c := range map[string]muster.AgentConfig{
 		"replay":      cfg,

@@ -145,6 +145,18 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	if req.Nonce == "" || req.Nonce != mc.Nonce || !mc.HasInstance() || mc.Life == muster.LifeDead {
 		return muster.Errorf(muster.ENotProvisioned, "machine %s is not provisioned with this nonce", mc.ID)
 	}
+	res, login := s.openSession(m, mc)
+	if err := s.agentWrites.write(ctx, m.UUID, nil, login); err != nil {
+		s.logger.Error("append events", "model", m.UUID, "kind", login.Kind, "err", err)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// openSession starts a session for the agent of machine mc, which has
+// proved who it is (login, or enrolment), and returns what the agent
+// needs and the login event to write.
+func (s *Server) openSession(m muster.Model, mc muster.Machine) (LoginResult, muster.Event) {
 	tok, hash := s.newSessionToken()
 	sess := &agentSession{
 		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
@@ -156,11 +168,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	s.hb.setLife(sess.modelUUID, mc.ID, mc.Life)
 	login := muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
 		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}
-	if err := s.agentWrites.write(ctx, m.UUID, nil, login); err != nil {
-		s.logger.Error("append events", "model", m.UUID, "kind", login.Kind, "err", err)
-	}
-	writeJSON(w, http.StatusOK, LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()})
-	return nil
+	return LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()}, login
 }
 
 // agentMachine checks that the request names the agent's own machine and

@@ -29,6 +29,10 @@ type EnrolResult struct {
 	Machine  string `json:"machine"`
 	Nonce    string `json:"nonce"`
 	Password string `json:"password"`
+	// Session is a session opened for the agent, as its login would
+	// (one request fewer per agent); absent when the machine cannot have
+	// one (dead, no instance), for the agent's login to say why.
+	Session *LoginResult `json:"session,omitempty"`
 }
 
 // Enrol enrols a batch-started agent (POST EnrolPath). unauthorized for a
@@ -112,11 +116,17 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Committed with other agents' writes (group commit): thousands of
 	// agents enrolling at once cost tens of transactions for their events.
-	ev := muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "enrol", Kind: "enrol",
-		Message: fmt.Sprintf("instance %s enrolled as machine %s", id.InstanceID, mc.ID)}
-	if err := s.agentWrites.write(ctx, m.UUID, nil, ev); err != nil {
-		s.logger.Error("append events", "model", m.UUID, "kind", ev.Kind, "err", err)
+	evs := []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "enrol", Kind: "enrol",
+		Message: fmt.Sprintf("instance %s enrolled as machine %s", id.InstanceID, mc.ID)}}
+	res := EnrolResult{Machine: mc.ID, Nonce: mc.Nonce, Password: password}
+	if mc.HasInstance() && mc.Life != muster.LifeDead {
+		sess, login := s.openSession(m, mc)
+		res.Session = &sess
+		evs = append(evs, login)
 	}
-	writeJSON(w, http.StatusOK, EnrolResult{Machine: mc.ID, Nonce: mc.Nonce, Password: password})
+	if err := s.agentWrites.write(ctx, m.UUID, nil, evs...); err != nil {
+		s.logger.Error("append events", "model", m.UUID, "kind", "enrol", "err", err)
+	}
+	writeJSON(w, http.StatusOK, res)
 	return nil
 }

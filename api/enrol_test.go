@@ -116,6 +116,16 @@ func TestEnrolHandsOutOwnCredentialsOnce(t *testing.T) {
 	if res.Machine != "0" || res.Nonce != f.nonce["0"] || len(res.Password) != 64 {
 		t.Fatalf("enrol: got %+v, want machine 0 with its nonce and a password", res)
 	}
+	// The enrolment opened a session: the agent acts without logging in.
+	if res.Session == nil || res.Session.Token == "" || res.Session.ModelUUID != h.model.UUID {
+		t.Fatalf("enrol: session %+v, want one for model %s", res.Session, h.model.UUID)
+	}
+	if am, err := h.anon.WithToken(res.Session.Token).AgentMachine(ctx, res.Session.ModelUUID, "0"); err != nil || am.ID != "0" {
+		t.Fatalf("the enrolment's session as machine 0: %+v %v", am, err)
+	}
+	if _, err := h.anon.WithToken(res.Session.Token).AgentMachine(ctx, res.Session.ModelUUID, "1"); !muster.IsCode(err, muster.EForbidden) {
+		t.Fatalf("the enrolment's session as machine 1: %v, want forbidden", err)
+	}
 	if _, err := h.anon.Login(ctx, api.LoginRequest{Model: "default", Machine: res.Machine, Password: res.Password, Nonce: res.Nonce}); err != nil {
 		t.Fatalf("login with the enrolled credentials: %v", err)
 	}
@@ -129,19 +139,21 @@ func TestEnrolHandsOutOwnCredentialsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refused, enrolled int
+	var refused, enrolled, logins int
 	for _, e := range evs {
 		switch e.Kind {
 		case "enrol-refused":
 			refused++
 		case "enrol":
 			enrolled++
+		case "login":
+			logins++
 		}
 	}
 	// Refusals about a machine of the model leave an event; unknown
 	// models and unrecorded instances do not.
-	if refused != 8 || enrolled != 1 {
-		t.Fatalf("events: %d enrol-refused, %d enrol; want 8 and 1", refused, enrolled)
+	if refused != 8 || enrolled != 1 || logins != 3 {
+		t.Fatalf("events: %d enrol-refused, %d enrol, %d login; want 8, 1 and 3 (the enrolment's session, two logins)", refused, enrolled, logins)
 	}
 	if !bytes.Contains(h.logBuf.Bytes(), []byte("enrolment refused")) {
 		t.Errorf("refusals not logged")
