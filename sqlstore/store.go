@@ -246,14 +246,20 @@ func (s *Store) Close() error {
 		close(s.done)
 		s.mu.Unlock()
 		s.wg.Wait()
+		// Closed outside stmtMu: closing waits for each statement's
+		// connections (see stmt).
 		s.stmtMu.Lock()
+		var sts []*sql.Stmt
 		for _, st := range s.wstmts {
-			st.Close()
+			sts = append(sts, st)
 		}
 		for _, st := range s.rstmts {
-			st.Close()
+			sts = append(sts, st)
 		}
 		s.stmtMu.Unlock()
+		for _, st := range sts {
+			st.Close()
+		}
 		err = errors.Join(s.rdb.Close(), s.wdb.Close())
 		if s.ldb != s.wdb {
 			err = errors.Join(err, s.ldb.Close())
@@ -409,12 +415,20 @@ func (s *Store) stmt(ctx context.Context, db *sql.DB, cache map[string]*sql.Stmt
 		return nil, fmt.Errorf("prepare %q: %w", q, err)
 	}
 	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
-	if old, ok := cache[q]; ok {
+	old, ok := cache[q]
+	if !ok {
+		cache[q] = st
+	}
+	s.stmtMu.Unlock()
+	if ok {
+		// Never under stmtMu: closing waits for the lock of every
+		// connection the statement is prepared on, and a transaction on
+		// one of them may be waiting, in the database, for a row lock
+		// held by a transaction that waits for stmtMu (wtx.prepare): a
+		// deadlock seen in CI on PostgreSQL.
 		st.Close()
 		return old, nil
 	}
-	cache[q] = st
 	return st, nil
 }
 
