@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/testutil"
-	"github.com/musterhq/muster/sqlstore"
 )
 
 // gatedStore holds the first UpdateMachines until released, and counts
@@ -40,15 +38,7 @@ func (g *gatedStore) calls() int {
 // removed machine fails alone.
 func TestAgentWritesGroupCommit(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlstore.Open(ctx, filepath.Join(t.TempDir(), "muster.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	m, err := st.CreateModel(ctx, muster.Model{Name: "m", Provider: "sim", Settings: muster.DefaultSettings()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, m := storeWithModel(t)
 	if _, err := st.AddMachines(ctx, m.UUID, make([]muster.MachineTemplate, 6)); err != nil {
 		t.Fatal(err)
 	}

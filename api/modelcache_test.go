@@ -12,6 +12,23 @@ import (
 	"github.com/musterhq/muster/sqlstore"
 )
 
+// storeWithModel opens a store in a temporary directory with one sim
+// model "m"; the store is closed when the test ends.
+func storeWithModel(t *testing.T) (*sqlstore.Store, muster.Model) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlstore.Open(ctx, filepath.Join(t.TempDir(), "muster.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := st.CreateModel(ctx, muster.Model{Name: "m", Provider: "sim", Settings: muster.DefaultSettings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, m
+}
+
 // countingStore counts Model reads.
 type countingStore struct {
 	muster.Store
@@ -27,15 +44,7 @@ func (c *countingStore) Model(ctx context.Context, ref string) (muster.Model, er
 // changed meanwhile, it is read again; an unknown model is never kept.
 func TestModelCache(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlstore.Open(ctx, filepath.Join(t.TempDir(), "muster.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	m, err := st.CreateModel(ctx, muster.Model{Name: "m", Provider: "sim", Settings: muster.DefaultSettings()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, m := storeWithModel(t)
 	cs := &countingStore{Store: st}
 	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var c modelCache
