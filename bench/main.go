@@ -94,10 +94,7 @@ func run(args []string, out, errOut io.Writer) error {
 		if n < 1 || *adds < 0 {
 			return fmt.Errorf("bad --machines %d or --adds %d: want at least 1 and 0", n, *adds)
 		}
-		to := *timeout
-		if to == 0 {
-			to = time.Duration(3*singleLowerBound(n)*float64(time.Second)) + time.Minute
-		}
+		to := timeoutOr(*timeout, time.Duration(3*singleLowerBound(n)*float64(time.Second))+time.Minute)
 		// Juju's policy may also wait out its retries: 11 attempts 10 s apart.
 		jto := to + time.Duration(jujuRetries)*jujuRetryDelay
 		if *timeout != 0 {
@@ -107,11 +104,7 @@ func run(args []string, out, errOut io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return printJSON(out, res)
-		}
-		printSideBySide(out, res)
-		return nil
+		return report(out, *asJSON, res, printSideBySide)
 	}
 	switch *scenario {
 	case "convergence":
@@ -119,53 +112,32 @@ func run(args []string, out, errOut io.Writer) error {
 		if n < 1 {
 			return fmt.Errorf("bad --machines %d: want at least 1", n)
 		}
-		to := *timeout
-		if to == 0 {
-			to = time.Duration(3*singleLowerBound(n)*float64(time.Second)) + time.Minute
-		}
-		res, err := runConvergence(ctx, n, to)
+		res, err := runConvergence(ctx, n, timeoutOr(*timeout, time.Duration(3*singleLowerBound(n)*float64(time.Second))+time.Minute))
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return printJSON(out, roundConvergence(res))
-		}
-		printConvergence(out, res)
+		// JSON rounds to the millisecond; the table from the exact figures.
+		return report(out, *asJSON, roundConvergence(res), func(w io.Writer, _ Convergence) { printConvergence(w, res) })
 	case "event-latency":
 		n := machinesOr(*machines, 10000)
 		if n < 1 || *adds < 1 {
 			return fmt.Errorf("bad --machines %d or --adds %d: want at least 1", n, *adds)
 		}
-		to := *timeout
-		if to == 0 {
-			to = time.Duration(3*batchedLowerBound(n)*float64(time.Second)) + time.Minute
-		}
-		res, err := runEventLatency(ctx, n, *adds, to)
+		res, err := runEventLatency(ctx, n, *adds, timeoutOr(*timeout, time.Duration(3*batchedLowerBound(n)*float64(time.Second))+time.Minute))
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return printJSON(out, res)
-		}
-		printEventLatency(out, res)
+		return report(out, *asJSON, res, printEventLatency)
 	case "agents":
 		n := machinesOr(*machines, 10000)
 		if n < 1 || n > api.MaxAddMachines || *steady < 0 {
 			return fmt.Errorf("bad --machines %d or --steady %s: want 1 to %d and at least 0", n, *steady, api.MaxAddMachines)
 		}
-		to := *timeout
-		if to == 0 {
-			to = 10 * time.Minute
-		}
-		res, err := runAgents(ctx, n, to, *steady)
+		res, err := runAgents(ctx, n, timeoutOr(*timeout, 10*time.Minute), *steady)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			err = printJSON(out, res)
-		} else {
-			printAgents(out, res)
-		}
+		err = report(out, *asJSON, res, printAgents)
 		if err == nil && (res.NoAgents.ProvisionerRestarts > 0 || res.WithAgents.ProvisionerRestarts > 0) {
 			err = fmt.Errorf("agents: the provisioner was restarted %d times", res.NoAgents.ProvisionerRestarts+res.WithAgents.ProvisionerRestarts)
 		}
@@ -175,19 +147,11 @@ func run(args []string, out, errOut io.Writer) error {
 		if n < 1 {
 			return fmt.Errorf("bad --machines %d: want at least 1", n)
 		}
-		to := *timeout
-		if to == 0 {
-			to = 30 * time.Second
-		}
-		res, err := runFailover(ctx, n, *musterBin, to)
+		res, err := runFailover(ctx, n, *musterBin, timeoutOr(*timeout, 30*time.Second))
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			err = printJSON(out, res)
-		} else {
-			printFailover(out, res)
-		}
+		err = report(out, *asJSON, res, printFailover)
 		if err == nil && (res.Overlaps > 0 || res.Duplicates > 0) {
 			err = fmt.Errorf("failover: %d overlapping provisioner runs, %d machines with more than one instance", res.Overlaps, res.Duplicates)
 		}
@@ -195,7 +159,6 @@ func run(args []string, out, errOut io.Writer) error {
 	default:
 		return fmt.Errorf("bad --scenario %q: want convergence, event-latency, agents or failover", *scenario)
 	}
-	return nil
 }
 
 func printAgents(out io.Writer, a Agents) {
@@ -209,6 +172,24 @@ func printAgents(out io.Writer, a Agents) {
 			r.r.StatusFailures, r.r.CPUSeconds, r.r.AgentRequestRate, r.r.ProvisionerRestarts, r.r.Down)
 	}
 	fmt.Fprintf(out, "\nagents / (no agents + boot delay) = %.3f (target ≤ 1.5), peak RSS %.1f MB (target < 600)\n", a.Ratio, a.PeakRSSMB)
+}
+
+// report prints a scenario's result as one JSON line (--json) or as its
+// table.
+func report[T any](out io.Writer, asJSON bool, res T, table func(io.Writer, T)) error {
+	if asJSON {
+		return printJSON(out, res)
+	}
+	table(out, res)
+	return nil
+}
+
+// timeoutOr is the --timeout value t, or def when it was not given.
+func timeoutOr(t, def time.Duration) time.Duration {
+	if t == 0 {
+		return def
+	}
+	return t
 }
 
 func printJSON(out io.Writer, v any) error {
