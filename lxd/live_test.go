@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,8 +15,7 @@ import (
 
 // needLXD skips a test unless MUSTER_TEST_LXD=1 says a daemon with the
 // image is at hand (.ci/run sets it after setting LXD up), and fails it
-// at once when the daemon does not answer: a wedged daemon then costs the
-// run seconds per test, not each test's timeouts.
+// when the daemon does not answer (TestMain's watchdog then ends the run).
 func needLXD(tb testing.TB) {
 	tb.Helper()
 	if os.Getenv("MUSTER_TEST_LXD") != "1" {
@@ -28,23 +26,14 @@ func needLXD(tb testing.TB) {
 	}
 }
 
-// daemonStuck is the first failed ping of this run, if any.
-var daemonStuck atomic.Pointer[error]
-
-// daemonAnswers pings the daemon (once it has failed to answer, it is not
-// asked again).
+// daemonAnswers pings the daemon, giving it 30 s.
 func daemonAnswers() error {
-	if err := daemonStuck.Load(); err != nil {
-		return fmt.Errorf("%w (earlier in this run; not asked again)", *err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := NewClient(DefaultSocket)
 	defer c.Close()
 	if err := c.Ping(ctx); err != nil {
-		err = fmt.Errorf("the LXD daemon did not answer GET /1.0 within 30s: %w", err)
-		daemonStuck.CompareAndSwap(nil, &err)
-		return err
+		return fmt.Errorf("the LXD daemon did not answer GET /1.0 within 30s: %w", err)
 	}
 	return nil
 }

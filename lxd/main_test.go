@@ -28,8 +28,8 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "lxd tests: %v\n", err)
 			os.Exit(1)
 		}
-		c := NewClient(DefaultSocket)
-		defer testutil.Watchdog("the LXD daemon (GET /1.0)", 15*time.Second, 20*time.Second, c.Ping)()
+		// Runs until the process exits.
+		testutil.Watchdog("the LXD daemon (GET /1.0)", 15*time.Second, 20*time.Second, NewClient(DefaultSocket).Ping)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		began := time.Now()
 		img, err := BuildImage(ctx, ImageOptions{CacheDir: testCacheDir(), Alias: testImage(), Log: os.Stderr})
