@@ -89,14 +89,16 @@ type EnrolmentStore interface {
 	// instance id. Missing machines are ignored; ENotFound for an unknown
 	// model.
 	SetEnrolment(ctx context.Context, modelUUID string, machineIDs []string, tokenHash string) error
-	// Enrol hands out the machine recorded with instanceID, once: in one
-	// transaction it checks token against the machine's enrolment, sets
-	// the machine's password hash to passwordHash and marks the
-	// credentials handed out, and returns the machine (its id and nonce).
-	// EUnavailable when no machine has the instance yet but one has this
-	// token (a batch whose instances are not recorded yet: try again);
-	// EUnauthorized when the token is not the machine's batch's or
-	// nothing matches; EConflict when the credentials were handed out
+	// Enrol hands out machine machineID's credentials, once, to the
+	// instance recorded for it: in one transaction it checks that
+	// instanceID is the machine's recorded instance and token one of its
+	// enrolment tokens, sets the machine's password hash to passwordHash
+	// and marks the credentials handed out, and returns the machine (its
+	// nonce). ENotFound when there is no such machine; EUnavailable when
+	// the machine has no instance recorded yet but this token is its batch's
+	// (the batch's instances are recorded after its start call: try
+	// again); EUnauthorized when the instance is another's or the token
+	// not the machine's; EConflict when the credentials were handed out
 	// already or the machine is dead.
-	Enrol(ctx context.Context, modelUUID, instanceID, token, passwordHash string) (Machine, error)
+	Enrol(ctx context.Context, modelUUID, machineID, instanceID, token, passwordHash string) (Machine, error)
 }

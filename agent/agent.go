@@ -85,15 +85,17 @@ type Options struct {
 // turn. A session the controller no longer knows (after its restart, or a
 // newer login) makes the agent log in again.
 func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	a, err := newAgent(cfg, opts)
+	a, err := New(cfg, opts)
 	if err != nil {
 		return err
 	}
+	return a.Run(ctx)
+}
+
+// Run runs the agent as the package's Run does.
+func (a *Agent) Run(ctx context.Context) error {
 	var enrolled *session // the session the enrolment opened, used first
-	if cfg.Enrolling() {
+	if a.cfg.Enrolling() {
 		var err error
 		if enrolled, err = a.enrol(ctx); ctx.Err() != nil {
 			return nil
@@ -132,7 +134,7 @@ func Run(ctx context.Context, cfg muster.AgentConfig, opts Options) error {
 	}
 }
 
-type agent struct {
+type Agent struct {
 	cfg     muster.AgentConfig
 	opts    Options
 	log     *slog.Logger
@@ -149,7 +151,12 @@ type session struct {
 	period time.Duration
 }
 
-func newAgent(cfg muster.AgentConfig, opts Options) (*agent, error) {
+// New returns the agent of cfg, ready to Run; an invalid cfg is an
+// invalid error.
+func New(cfg muster.AgentConfig, opts Options) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -171,7 +178,7 @@ func newAgent(cfg muster.AgentConfig, opts Options) (*agent, error) {
 	if opts.Addresses == nil {
 		opts.Addresses = InterfaceAddresses
 	}
-	a := &agent{cfg: cfg, opts: opts, clock: opts.Clock, log: opts.Logger.With("machine", cfg.Machine)}
+	a := &Agent{cfg: cfg, opts: opts, clock: opts.Clock, log: opts.Logger.With("machine", cfg.Machine)}
 	hc := opts.HTTPClient
 	if hc == nil && cfg.CACert != "" {
 		// One transport for every address: the connection in use stays
@@ -194,7 +201,7 @@ func newAgent(cfg muster.AgentConfig, opts Options) (*agent, error) {
 
 // login logs in, trying each address in turn, until it succeeds, fails for
 // good, or ctx ends.
-func (a *agent) login(ctx context.Context) (session, error) {
+func (a *Agent) login(ctx context.Context) (session, error) {
 	req := api.LoginRequest{Model: a.cfg.Model, Machine: a.cfg.Machine, Password: a.cfg.Password, Nonce: a.cfg.Nonce}
 	var refusedSince time.Time
 	b := a.newBackoff()
@@ -245,7 +252,7 @@ func (a *agent) login(ctx context.Context) (session, error) {
 }
 
 // newSession is the session a login (or an enrolment) at c returned.
-func (a *agent) newSession(c *api.Client, res api.LoginResult) session {
+func (a *Agent) newSession(c *api.Client, res api.LoginResult) session {
 	period, err := time.ParseDuration(res.Heartbeat)
 	if err != nil || period <= 0 {
 		period = DefaultHeartbeat
@@ -272,35 +279,45 @@ func needsLogin(err error) bool {
 
 // serve reports the machine started and heartbeats until ctx ends or the
 // session becomes invalid (the error says why).
-func (a *agent) serve(ctx context.Context, s session) error {
+func (a *Agent) serve(ctx context.Context, s session) error {
+	s, err := a.start(ctx, s)
+	if err != nil {
+		return err
+	}
+	return a.heartbeat(ctx, s)
+}
+
+// start reports the machine started, retrying transient errors, and
+// makes it dead when the controller says it is dying. It returns the
+// session it reached the controller with.
+func (a *Agent) start(ctx context.Context, s session) (session, error) {
 	b := a.newBackoff()
-	var life string
 	for {
-		var err error
-		life, err = a.reportStarted(ctx, s)
+		life, err := a.reportStarted(ctx, s)
 		if err == nil {
-			break
+			a.log.Info("machine started")
+			if a.opts.OnStarted != nil {
+				a.opts.OnStarted()
+			}
+			return s, a.checkLife(ctx, s, life)
 		}
 		if ctx.Err() != nil || needsLogin(err) {
-			return err
+			return s, err
 		}
 		d := b.next()
 		a.log.Warn("agent status report failed", "err", err, "retry-in", d)
 		s = a.rotate(s)
 		if err := a.sleep(ctx, d); err != nil {
-			return err
+			return s, err
 		}
 	}
-	a.log.Info("machine started")
-	if a.opts.OnStarted != nil {
-		a.opts.OnStarted()
-	}
-	if err := a.checkLife(ctx, s, life); err != nil {
-		return err
-	}
-	b.reset()
-	// The first heartbeat comes anywhere in the first period, so agents
-	// that logged in together (a controller restart) do not beat in step.
+}
+
+// heartbeat beats until ctx ends or the session becomes invalid. The
+// first heartbeat comes anywhere in the first period, so agents that
+// logged in together (a controller restart) do not beat in step.
+func (a *Agent) heartbeat(ctx context.Context, s session) error {
+	b := a.newBackoff()
 	wait := firstHeartbeat(s.period)
 	for {
 		if err := a.sleep(ctx, wait); err != nil {
@@ -330,7 +347,7 @@ func (a *agent) serve(ctx context.Context, s session) error {
 
 // rotate moves the session to the next API address, for the next try
 // after a transient error.
-func (a *agent) rotate(s session) session {
+func (a *Agent) rotate(s session) session {
 	if len(a.clients) < 2 {
 		return s
 	}
@@ -341,7 +358,7 @@ func (a *agent) rotate(s session) session {
 
 // checkLife makes a dying machine dead; it returns errMachineDead once the
 // machine is dead (or already removed), nil while it is alive.
-func (a *agent) checkLife(ctx context.Context, s session, life string) error {
+func (a *Agent) checkLife(ctx context.Context, s session, life string) error {
 	switch muster.Life(life) {
 	case muster.LifeDying:
 	case muster.LifeDead:
@@ -372,7 +389,7 @@ func (a *agent) checkLife(ctx context.Context, s session, life string) error {
 // in one request; what the agent cannot tell (zero hardware fields, no
 // addresses) keeps the provider's recorded values, which the controller
 // merges in. It returns the machine's life.
-func (a *agent) reportStarted(ctx context.Context, s session) (string, error) {
+func (a *Agent) reportStarted(ctx context.Context, s session) (string, error) {
 	hw := a.opts.Hardware()
 	u := api.AgentUpdate{
 		Status:        muster.Ptr(string(muster.StatusStarted)),
@@ -399,7 +416,7 @@ func nextHeartbeat(period time.Duration) time.Duration {
 	return period - rand.N(period/10+1)
 }
 
-func (a *agent) sleep(ctx context.Context, d time.Duration) error {
+func (a *Agent) sleep(ctx context.Context, d time.Duration) error {
 	return muster.Sleep(ctx, a.clock, d)
 }
 
@@ -409,7 +426,7 @@ type backoff struct {
 	min, max, cur time.Duration
 }
 
-func (a *agent) newBackoff() *backoff {
+func (a *Agent) newBackoff() *backoff {
 	return &backoff{min: a.opts.MinBackoff, max: a.opts.MaxBackoff, cur: a.opts.MinBackoff}
 }
 

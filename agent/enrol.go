@@ -27,7 +27,7 @@ const maxMetadata = 64 << 10
 // retrying transient failures (the controller unreachable, the instance
 // not recorded yet) with backoff. It fails for good when the controller
 // refuses (unauthorized, conflict: the credentials were handed out).
-func (a *agent) enrol(ctx context.Context) (*session, error) {
+func (a *Agent) enrol(ctx context.Context) (*session, error) {
 	b := a.newBackoff()
 	for {
 		res, err := a.tryEnrol(ctx)
@@ -61,7 +61,7 @@ func (a *agent) enrol(ctx context.Context) (*session, error) {
 }
 
 // tryEnrol reads the identity and asks each API address in turn.
-func (a *agent) tryEnrol(ctx context.Context) (api.EnrolResult, error) {
+func (a *Agent) tryEnrol(ctx context.Context) (api.EnrolResult, error) {
 	identity := a.opts.Identity
 	if identity == nil {
 		identity = func(ctx context.Context) ([]byte, string, error) {

@@ -1,11 +1,13 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/agent"
 	"github.com/musterhq/muster/internal/fakeclock"
 	"github.com/musterhq/muster/internal/testutil"
@@ -95,5 +97,42 @@ func TestRunnerStopBeforeBootNeverBoots(t *testing.T) {
 	r.Close()
 	if b, _ := log.counts(); b != 0 {
 		t.Fatalf("an agent stopped before its boot booted")
+	}
+}
+
+// disk is a simulated instance's disk: files by instance and path.
+type disk map[string][]byte
+
+func (d disk) IdentityDocument(string) ([]byte, string, error) { return nil, "", nil }
+func (d disk) WriteFile(id, path string, b []byte) error       { d[id+path] = b; return nil }
+func (d disk) ReadFile(id, path string) ([]byte, bool)         { b, ok := d[id+path]; return b, ok }
+
+// A simulated agent keeps its enrolled credentials on its instance's disk,
+// without the controller's addresses and CA (every boot is given those),
+// and boots with them again.
+func TestSimulatedKeepsEnrolledConfig(t *testing.T) {
+	d := disk{}
+	enrolling := muster.AgentConfig{Model: "m", Machine: "3", EnrolToken: "tok", CACert: "CA", APIAddresses: []string{"https://a:1"}}
+	cfg, opts := agent.Simulated(d, "i-3", enrolling, agent.Options{})
+	if cfg.EnrolToken != "tok" || cfg.Password != "" {
+		t.Fatalf("first boot: got %+v, want the enrolment config", cfg)
+	}
+	enrolled := enrolling
+	enrolled.EnrolToken, enrolled.Password, enrolled.Nonce = "", "pw", "nonce"
+	if err := opts.OnEnrolled(enrolled); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := d.ReadFile("i-3", agent.SimConfigPath); bytes.Contains(b, []byte("CA")) || bytes.Contains(b, []byte("https://a:1")) {
+		t.Fatalf("kept config holds the CA or addresses: %s", b)
+	}
+	later := enrolling
+	later.CACert, later.APIAddresses = "CA2", []string{"https://b:2"}
+	cfg, _ = agent.Simulated(d, "i-3", later, agent.Options{})
+	if cfg.Password != "pw" || cfg.Nonce != "nonce" || cfg.EnrolToken != "" || cfg.CACert != "CA2" || len(cfg.APIAddresses) != 1 || cfg.APIAddresses[0] != "https://b:2" {
+		t.Fatalf("second boot: got %+v, want the kept credentials with this boot's CA and addresses", cfg)
+	}
+	// Another instance has nothing kept.
+	if cfg, _ := agent.Simulated(d, "i-4", enrolling, agent.Options{}); cfg.EnrolToken != "tok" {
+		t.Fatalf("other instance: got %+v", cfg)
 	}
 }

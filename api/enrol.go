@@ -43,6 +43,15 @@ func (c *Client) Enrol(ctx context.Context, req EnrolRequest) (EnrolResult, erro
 	return out, c.Do(ctx, http.MethodPost, EnrolPath, req, &out)
 }
 
+// machineOrNone returns id when the model has that machine, else "" (an
+// event names only a machine that exists).
+func (s *Server) machineOrNone(ctx context.Context, model, id string) string {
+	if _, err := s.store.Machine(ctx, model, id); err != nil {
+		return ""
+	}
+	return id
+}
+
 func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 	if err := s.enrol(w, r); err != nil {
 		s.fail(w, r, err)
@@ -82,12 +91,6 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 			Message: fmt.Sprintf("enrolment for machine %s refused: %s", req.Machine, muster.ErrorMessage(err))}})
 		return err
 	}
-	mc, err := s.store.Machine(ctx, m.UUID, req.Machine)
-	if muster.IsCode(err, muster.ENotFound) {
-		return refuse("", muster.Errorf(muster.EUnauthorized, "enrolment refused: no machine %q", req.Machine))
-	} else if err != nil {
-		return err
-	}
 	if s.cfg.Runtime == nil {
 		return muster.Errorf(muster.EUnavailable, "no instance identity certificate for model %s", m.Name)
 	}
@@ -97,21 +100,19 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	}
 	id, err := muster.VerifyIdentity(cert, []byte(req.Document), req.Signature)
 	if err != nil {
-		return refuse(mc.ID, muster.Errorf(muster.EUnauthorized, "enrolment refused: %s", muster.ErrorMessage(err)))
+		return refuse(s.machineOrNone(ctx, m.UUID, req.Machine), muster.Errorf(muster.EUnauthorized, "enrolment refused: %s", muster.ErrorMessage(err)))
 	}
-	switch inst := mc.InstanceID(); {
-	case inst == "" && mc.Life != muster.LifeDead:
-		// The batch's instances are recorded after the start call
-		// returns: the agent tries again.
-		return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", mc.ID)
-	case inst != id.InstanceID:
-		return refuse(mc.ID, muster.Errorf(muster.EUnauthorized, "enrolment refused: instance %s is not machine %s's", id.InstanceID, mc.ID))
-	}
+	// The store checks the instance is the one recorded for the machine,
+	// and the token, in the transaction that hands out the credentials.
 	password := muster.NewSecret()
-	mc, err = s.store.Enrol(ctx, m.UUID, id.InstanceID, req.Token, muster.HashSecret(password))
-	if code := muster.ErrorCode(err); code == muster.EUnauthorized || code == muster.EConflict {
+	mc, err := s.store.Enrol(ctx, m.UUID, req.Machine, id.InstanceID, req.Token, muster.HashSecret(password))
+	switch muster.ErrorCode(err) {
+	case "":
+	case muster.ENotFound:
+		return refuse("", muster.Errorf(muster.EUnauthorized, "enrolment refused: no machine %q", req.Machine))
+	case muster.EUnauthorized, muster.EConflict:
 		return refuse(req.Machine, fmt.Errorf("enrolment refused: %w", err))
-	} else if err != nil {
+	default:
 		return err
 	}
 	// Committed with other agents' writes (group commit): thousands of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -142,6 +143,11 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		}
 	}
 	run.CPUSeconds = round2(cpuSeconds() - cpu0)
+	if simAgents {
+		if err := writeHeapProfile(); err != nil {
+			return run, err
+		}
+	}
 	run.AgentRequests = c.AgentStats().Requests
 	if steady > 0 {
 		s0 := c.AgentStats()
@@ -247,4 +253,20 @@ func (l *logCounts) count(msg string) int {
 // time) before the controller closes.
 func (l *logCounts) restarts() int {
 	return l.count("provisioner failed; restarting") + l.count("provisioner stopped (why)")
+}
+
+// heapProfile is where --memprofile writes the heap profile taken when the
+// agents run has converged ("" for none).
+var heapProfile string
+
+func writeHeapProfile() error {
+	if heapProfile == "" {
+		return nil
+	}
+	f, err := os.Create(heapProfile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.WriteHeapProfile(f)
 }

@@ -67,6 +67,7 @@ func run(args []string, out, errOut io.Writer) error {
 	musterBin := fs.String("muster", "", "failover: the muster binary to run (default: built from this module)")
 	steady := fs.Duration("steady", 15*time.Second, "agents: how long to watch the heartbeats once every machine is started")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&heapProfile, "memprofile", "", "agents: write a heap profile to this file once every agent has started")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

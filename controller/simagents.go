@@ -91,19 +91,29 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 			s.log.Info("simulated agent never boots (agent-boot-failure-rate)", "instance", inst.ID)
 			return
 		}
-		cfg, opts := agent.Simulated(s.cloud, inst.ID, cfg, agent.Options{
-			Logger:     s.log.With("instance", inst.ID),
-			Clock:      s.clock,
-			Hardware:   func() muster.Hardware { return hw },
-			Addresses:  func() []string { return addrs },
-			HTTPClient: s.hc,
-			OnStarted:  func() { s.started.Add(1) },
-		})
-		err := agent.Run(ctx, cfg, opts)
+		a, err := s.newAgent(inst.ID, cfg, hw, addrs)
+		if err == nil {
+			err = a.Run(ctx)
+		}
 		if err != nil {
 			s.log.Info("simulated agent stopped", "instance", inst.ID, "machine", cfg.Machine, "err", err)
 		}
 	})
+}
+
+// newAgent makes the agent of instance id. It is a function of its own so
+// that its large values leave the agent goroutine's stack before the
+// agent runs (see agent.Agent).
+func (s *simAgents) newAgent(id string, cfg muster.AgentConfig, hw muster.Hardware, addrs []string) (*agent.Agent, error) {
+	cfg, opts := agent.Simulated(s.cloud, id, cfg, agent.Options{
+		Logger:     s.log.With("instance", id),
+		Clock:      s.clock,
+		Hardware:   func() muster.Hardware { return hw },
+		Addresses:  func() []string { return addrs },
+		HTTPClient: s.hc,
+		OnStarted:  func() { s.started.Add(1) },
+	})
+	return agent.New(cfg, opts)
 }
 
 // setCloud gives the agents the open sim, whose instances they boot on.

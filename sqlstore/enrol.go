@@ -45,6 +45,9 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 				tokenHash, max(now, last+1), modelUUID, n); err != nil {
 				return fmt.Errorf("record enrolment of machine %s: %w", id, err)
 			}
+			if last == 0 {
+				continue // the machine's first: nothing to reset or trim
+			}
 			if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 0 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
 				return fmt.Errorf("record enrolment of machine %s: %w", id, err)
 			}
@@ -59,34 +62,43 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 }
 
 // Enrol implements muster.EnrolmentStore.
-func (s *Store) Enrol(ctx context.Context, modelUUID, instanceID, token, passwordHash string) (muster.Machine, error) {
-	if instanceID == "" || token == "" || passwordHash == "" {
-		return muster.Machine{}, muster.Errorf(muster.EInvalid, "enrol needs an instance id, a token and a password hash")
+func (s *Store) Enrol(ctx context.Context, modelUUID, machineID, instanceID, token, passwordHash string) (muster.Machine, error) {
+	if machineID == "" || instanceID == "" || token == "" || passwordHash == "" {
+		return muster.Machine{}, muster.Errorf(muster.EInvalid, "enrol needs a machine id, an instance id, a token and a password hash")
 	}
 	var m muster.Machine
 	err := s.write(ctx, func(t *wtx) error {
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
+		n, ok := parseID(machineID)
+		if !ok {
+			return muster.Errorf(muster.ENotFound, "no machine %q", machineID)
+		}
 		var err error
-		m, err = scanMachine(t.queryRow(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND instance_id = ?`+t.s.d.forUpdate,
-			modelUUID, instanceID))
+		m, err = scanMachine(t.queryRow(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+t.s.d.forUpdate,
+			modelUUID, n))
 		if errors.Is(err, sql.ErrNoRows) {
-			// Not recorded yet, or no machine of ours: the token tells.
-			var n int64
-			if err := t.queryRow(ctx, `SELECT COUNT(*) FROM enrolments WHERE model_uuid = ? AND token_hash = ? AND handed_out = 0`,
-				modelUUID, muster.HashSecret(token)).Scan(&n); err != nil {
-				return fmt.Errorf("read enrolments: %w", err)
-			}
-			if n > 0 {
-				return muster.Errorf(muster.EUnavailable, "instance %s is not recorded for a machine yet", instanceID)
-			}
-			return muster.Errorf(muster.EUnauthorized, "instance %s has no machine enrolling with this token", instanceID)
+			return muster.Errorf(muster.ENotFound, "no machine %q", machineID)
 		}
 		if err != nil {
-			return fmt.Errorf("read machine of instance %s: %w", instanceID, err)
+			return fmt.Errorf("read machine %s: %w", machineID, err)
 		}
-		n, _ := parseID(m.ID)
+		if inst := m.InstanceID(); inst == "" && m.Life != muster.LifeDead {
+			// A batch's instances are recorded after its start call
+			// returns: the token tells whether to try again.
+			var live int64
+			if err := t.queryRow(ctx, `SELECT COUNT(*) FROM enrolments WHERE model_uuid = ? AND machine_id = ? AND token_hash = ? AND handed_out = 0`,
+				modelUUID, n, muster.HashSecret(token)).Scan(&live); err != nil {
+				return fmt.Errorf("read enrolments of machine %s: %w", machineID, err)
+			}
+			if live > 0 {
+				return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", machineID)
+			}
+			return muster.Errorf(muster.EUnauthorized, "the token is not an enrolment token of machine %s", machineID)
+		} else if inst != instanceID {
+			return muster.Errorf(muster.EUnauthorized, "instance %s is not machine %s's", instanceID, machineID)
+		}
 		rows, err := t.query(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n)
 		if err != nil {
 			return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)

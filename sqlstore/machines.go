@@ -187,12 +187,18 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 
 // readMachines runs a query of machineCols and scans its rows.
 func (s *Store) readMachines(ctx context.Context, q string, args ...any) ([]muster.Machine, error) {
+	return s.readMachinesN(ctx, 0, q, args...)
+}
+
+// readMachinesN is readMachines with room for n machines made at once (a
+// page's size): a 1,000-machine page grown by appending copies 1 MB.
+func (s *Store) readMachinesN(ctx context.Context, n int, q string, args ...any) ([]muster.Machine, error) {
 	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read machines: %w", err)
 	}
 	defer rows.Close()
-	var ms []muster.Machine
+	ms := make([]muster.Machine, 0, n)
 	for rows.Next() {
 		m, err := scanMachine(rows)
 		if err != nil {
@@ -203,8 +209,15 @@ func (s *Store) readMachines(ctx context.Context, q string, args ...any) ([]must
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read machines: %w", err)
 	}
+	if len(ms) == 0 {
+		return nil, nil // as when nothing was appended
+	}
 	return ms, nil
 }
+
+// maxPageHint bounds the room MachinesPage makes before reading: a caller
+// may ask for far more than the model has.
+const maxPageHint = 1000
 
 // MachinesPage returns a page of the model's machines, in id order.
 func (s *Store) MachinesPage(ctx context.Context, modelUUID, after string, limit int) ([]muster.Machine, error) {
@@ -225,7 +238,7 @@ func (s *Store) MachinesPage(ctx context.Context, modelUUID, after string, limit
 	if err := s.checkModel(ctx, modelUUID); err != nil {
 		return nil, err
 	}
-	return s.readMachines(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id > ? ORDER BY id LIMIT ?`, modelUUID, from, limit)
+	return s.readMachinesN(ctx, min(limit, maxPageHint), `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id > ? ORDER BY id LIMIT ?`, modelUUID, from, limit)
 }
 
 // RecordHeartbeats writes the named machines' last-seen time in one

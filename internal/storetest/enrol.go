@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/musterhq/muster"
@@ -27,14 +28,19 @@ func testEnrolment(t *testing.T, h *harness) {
 	wantCode(t, "enrolment in unknown model", s.SetEnrolment(ctx, "no-such-model", []string{"0"}, "h"), muster.ENotFound)
 	wantCode(t, "empty token hash", s.SetEnrolment(ctx, m.UUID, []string{"0"}, ""), muster.EInvalid)
 
+	// Instance i-N is machine N's.
 	enrol := func(inst, tok string) (muster.Machine, error) {
-		return s.Enrol(ctx, m.UUID, inst, tok, muster.HashSecret("pw-"+inst))
+		return s.Enrol(ctx, m.UUID, strings.TrimPrefix(inst, "i-"), inst, tok, muster.HashSecret("pw-"+inst))
 	}
 	// Batch a's instances are not recorded yet: try again later.
 	_, err := enrol("i-0", tokA)
 	wantCode(t, "unrecorded instance, live token", err, muster.EUnavailable)
 	_, err = enrol("i-0", "forged")
 	wantCode(t, "unrecorded instance, unknown token", err, muster.EUnauthorized)
+	_, err = s.Enrol(ctx, m.UUID, "7", "i-7", tokA, "h")
+	wantCode(t, "no such machine", err, muster.ENotFound)
+	_, err = s.Enrol(ctx, m.UUID, "", "i-0", tokA, "h")
+	wantCode(t, "no machine id", err, muster.EInvalid)
 
 	for i := 0; i < 4; i++ {
 		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
@@ -55,6 +61,8 @@ func testEnrolment(t *testing.T, h *harness) {
 	}
 	_, err = enrol("i-1", tokA)
 	wantCode(t, "replay", err, muster.EConflict)
+	_, err = s.Enrol(ctx, m.UUID, "0", "i-1", tokA, muster.HashSecret("pw"))
+	wantCode(t, "machine 1's instance for machine 0", err, muster.EUnauthorized)
 	_, err = enrol("i-2", tokA)
 	wantCode(t, "batch a's token for batch b's machine", err, muster.EUnauthorized)
 	_, err = enrol("i-3", tokA)
