@@ -103,7 +103,20 @@ func TestRunnerStopBeforeBootNeverBoots(t *testing.T) {
 // disk is a simulated instance's disk: files by instance and path.
 type disk map[string][]byte
 
-func (d disk) IdentityDocument(string) ([]byte, string, error) { return nil, "", nil }
+func (d disk) IdentityDocument(id string) ([]byte, string, error) {
+	return []byte("doc of " + id), "sig", nil
+}
+
+// stuck is a metadata service that answers only once released.
+type stuck struct {
+	disk
+	release chan struct{}
+}
+
+func (s stuck) IdentityDocument(id string) ([]byte, string, error) {
+	<-s.release
+	return s.disk.IdentityDocument(id)
+}
 func (d disk) WriteFile(id, path string, b []byte) error       { d[id+path] = b; return nil }
 func (d disk) ReadFile(id, path string) ([]byte, bool)         { b, ok := d[id+path]; return b, ok }
 
@@ -116,6 +129,9 @@ func TestSimulatedKeepsEnrolledConfig(t *testing.T) {
 	cfg, opts := agent.Simulated(d, "i-3", enrolling, agent.Options{})
 	if cfg.EnrolToken != "tok" || cfg.Password != "" {
 		t.Fatalf("first boot: got %+v, want the enrolment config", cfg)
+	}
+	if doc, sig, err := opts.Identity(context.Background()); string(doc) != "doc of i-3" || sig != "sig" || err != nil {
+		t.Fatalf("identity: got %q %q %v, want the instance's document", doc, sig, err)
 	}
 	enrolled := enrolling
 	enrolled.EnrolToken, enrolled.Password, enrolled.Nonce = "", "pw", "nonce"
@@ -134,5 +150,18 @@ func TestSimulatedKeepsEnrolledConfig(t *testing.T) {
 	// Another instance has nothing kept.
 	if cfg, _ := agent.Simulated(d, "i-4", enrolling, agent.Options{}); cfg.EnrolToken != "tok" {
 		t.Fatalf("other instance: got %+v", cfg)
+	}
+}
+
+// A simulated agent stops waiting for a metadata service that does not
+// answer when its context ends.
+func TestSimulatedIdentityEndsWithContext(t *testing.T) {
+	cloud := stuck{disk{}, make(chan struct{})}
+	defer close(cloud.release)
+	_, opts := agent.Simulated(cloud, "i-1", muster.AgentConfig{}, agent.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := opts.Identity(ctx); err != context.Canceled {
+		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
