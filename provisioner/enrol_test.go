@@ -49,7 +49,7 @@ func TestBatchEnrolmentParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		got, err := h.store.Enrol(h.ctx, h.model.UUID, m.InstanceID(), token, muster.HashSecret("pw"))
+		got, err := h.store.Enrol(h.ctx, h.model.UUID, m.ID, m.InstanceID(), token, muster.HashSecret("pw"))
 		if err != nil || got.ID != m.ID || got.Nonce != m.Nonce {
 			t.Fatalf("enrol machine %s with the batch token: got %s, %v", m.ID, got.ID, err)
 		}
