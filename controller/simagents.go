@@ -106,7 +106,7 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 // agent runs (see agent.Agent).
 func (s *simAgents) newAgent(id string, cfg muster.AgentConfig, hw muster.Hardware, addrs []string) (*agent.Agent, error) {
 	cfg, opts := agent.Simulated(s.cloud, id, cfg, agent.Options{
-		Logger:     s.log.With("instance", id),
+		Logger:     slog.New(warnings{s.log.Handler()}).With("instance", id),
 		Clock:      s.clock,
 		Hardware:   func() muster.Hardware { return hw },
 		Addresses:  func() []string { return addrs },
@@ -199,3 +199,16 @@ func (s *simAgents) close() {
 	s.runner.Close()
 	s.hc.CloseIdleConnections()
 }
+
+// warnings passes on warnings and errors only. The simulated agents log to
+// the controller's log, where a real fleet's agents log to their own
+// machines: ten thousand agents enrolling, logging in and starting would
+// bury everything else under 30,000 lines, while their failures stay.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler    { return warnings{w.Handler.WithGroup(name)} }
