@@ -117,8 +117,8 @@ func (s stuck) IdentityDocument(id string) ([]byte, string, error) {
 	<-s.release
 	return s.disk.IdentityDocument(id)
 }
-func (d disk) WriteFile(id, path string, b []byte) error       { d[id+path] = b; return nil }
-func (d disk) ReadFile(id, path string) ([]byte, bool)         { b, ok := d[id+path]; return b, ok }
+func (d disk) WriteFile(id, path string, b []byte) error { d[id+path] = b; return nil }
+func (d disk) ReadFile(id, path string) ([]byte, bool)   { b, ok := d[id+path]; return b, ok }
 
 // A simulated agent keeps its enrolled credentials on its instance's disk,
 // without the controller's addresses and CA (every boot is given those),
