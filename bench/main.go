@@ -5,7 +5,7 @@
 //
 //	go run ./bench [--machines N] [--json] [--scenario convergence|event-latency]
 //	go run ./bench --policy juju [--machines N] [--adds 20] [--json]
-//	go run ./bench --scenario agents [--machines 10000] [--steady 15s] [--json]
+//	go run ./bench --scenario agents [--machines 10000] [--steady 15s] [--json] [--memprofile FILE]
 //	MUSTER_TEST_POSTGRES=postgres://… go run ./bench --scenario failover [--machines 20] [--json]
 //
 // The convergence scenario runs N machines of one group twice: "single"
