@@ -84,21 +84,6 @@ func (s *Store) Enrol(ctx context.Context, modelUUID, machineID, instanceID, tok
 		if err != nil {
 			return fmt.Errorf("read machine %s: %w", machineID, err)
 		}
-		if inst := m.InstanceID(); inst == "" && m.Life != muster.LifeDead {
-			// A batch's instances are recorded after its start call
-			// returns: the token tells whether to try again.
-			var live int64
-			if err := t.queryRow(ctx, `SELECT COUNT(*) FROM enrolments WHERE model_uuid = ? AND machine_id = ? AND token_hash = ? AND handed_out = 0`,
-				modelUUID, n, muster.HashSecret(token)).Scan(&live); err != nil {
-				return fmt.Errorf("read enrolments of machine %s: %w", machineID, err)
-			}
-			if live > 0 {
-				return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", machineID)
-			}
-			return muster.Errorf(muster.EUnauthorized, "the token is not an enrolment token of machine %s", machineID)
-		} else if inst != instanceID {
-			return muster.Errorf(muster.EUnauthorized, "instance %s is not machine %s's", instanceID, machineID)
-		}
 		rows, err := t.query(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n)
 		if err != nil {
 			return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
@@ -120,6 +105,13 @@ func (s *Store) Enrol(ctx context.Context, modelUUID, machineID, instanceID, tok
 		}
 		if !matches {
 			return muster.Errorf(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
+		}
+		if inst := m.InstanceID(); inst == "" && m.Life != muster.LifeDead && !handedOut {
+			// A batch's instances are recorded after its start call
+			// returns: its agent tries again.
+			return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", machineID)
+		} else if inst != instanceID {
+			return muster.Errorf(muster.EUnauthorized, "instance %s is not machine %s's", instanceID, machineID)
 		}
 		if handedOut {
 			return muster.Errorf(muster.EConflict, "the credentials of machine %s were handed out already", m.ID)
