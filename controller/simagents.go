@@ -30,6 +30,7 @@ type simAgents struct {
 	caCert    string
 	clock     muster.Clock
 	log       *slog.Logger
+	agentLog  *slog.Logger // what the agents log: warnings and errors only
 	hc        *http.Client // shared by every agent of the model
 	runner    *agent.Runner
 	cloud     *sim.Cloud    // set by setCloud once the sim is open
@@ -48,9 +49,10 @@ func newSimAgents(env ProviderEnv) (*simAgents, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := env.Logger.With("component", "sim-agents")
 	return &simAgents{
 		store: env.Store, modelUUID: env.Model.UUID, apiURL: env.APIURL, caCert: string(env.CACert),
-		clock: env.Clock, log: env.Logger.With("component", "sim-agents"),
+		clock: env.Clock, log: log, agentLog: slog.New(warnings{log.Handler()}),
 		hc:     hc,
 		runner: agent.NewRunner(env.Clock, env.SimAgentBootDelay),
 		ready:  make(chan struct{}),
@@ -106,7 +108,7 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 // agent runs (see agent.Agent).
 func (s *simAgents) newAgent(id string, cfg muster.AgentConfig, hw muster.Hardware, addrs []string) (*agent.Agent, error) {
 	cfg, opts := agent.Simulated(s.cloud, id, cfg, agent.Options{
-		Logger:     slog.New(warnings{s.log.Handler()}).With("instance", id),
+		Logger:     s.agentLog.With("instance", id),
 		Clock:      s.clock,
 		Hardware:   func() muster.Hardware { return hw },
 		Addresses:  func() []string { return addrs },

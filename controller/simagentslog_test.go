@@ -5,13 +5,25 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/musterhq/muster/auth"
 )
 
 // Simulated agents' routine lines stay out of the controller's log; their
 // warnings and errors, with the agent's attributes, do not.
 func TestSimAgentLogKeepsWarnings(t *testing.T) {
 	var buf bytes.Buffer
-	log := slog.New(warnings{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})}).With("instance", "i-1").WithGroup("g")
+	ca, err := auth.NewCA("test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSimAgents(ProviderEnv{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), CACert: ca.CertPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	log := s.agentLog.With("instance", "i-1").WithGroup("g")
 	log.Info("agent logged in")
 	log.Debug("detail")
 	log.Warn("agent heartbeat failed", "err", "refused")
@@ -20,7 +32,7 @@ func TestSimAgentLogKeepsWarnings(t *testing.T) {
 	if strings.Contains(out, "logged in") || strings.Contains(out, "detail") {
 		t.Errorf("routine lines logged:\n%s", out)
 	}
-	if !strings.Contains(out, `msg="agent heartbeat failed" instance=i-1 g.err=refused`) || !strings.Contains(out, "agent giving up") {
+	if !strings.Contains(out, `msg="agent heartbeat failed" component=sim-agents instance=i-1 g.err=refused`) || !strings.Contains(out, "agent giving up") {
 		t.Errorf("warning or error missing:\n%s", out)
 	}
 }
