@@ -202,10 +202,17 @@ type Resources struct {
 	} `json:"memory"`
 }
 
-// Ping asks for the daemon's server record (GET /1.0): nil when it answers.
+// Ping asks for the daemon's server record (GET /1.0) and its instance
+// names (GET /1.0/instances, read from its database): nil when it answers
+// both. A daemon can answer the first while every request that needs its
+// database waits.
 func (c *Client) Ping(ctx context.Context) error {
 	var v struct{}
-	return c.get(ctx, "/1.0", &v)
+	if err := c.get(ctx, "/1.0", &v); err != nil {
+		return err
+	}
+	var names []string
+	return c.get(ctx, "/1.0/instances", &names)
 }
 
 // Resources returns the host's CPUs and memory.

@@ -33,7 +33,7 @@ func daemonAnswers() error {
 	c := NewClient(DefaultSocket)
 	defer c.Close()
 	if err := c.Ping(ctx); err != nil {
-		return fmt.Errorf("the LXD daemon did not answer GET /1.0 within 30s: %w", err)
+		return fmt.Errorf("the LXD daemon did not answer GET /1.0 and GET /1.0/instances within 30s: %w", err)
 	}
 	return nil
 }

@@ -237,3 +237,30 @@ func TestClientAgainstFakeDaemon(t *testing.T) {
 		t.Errorf("no daemon: got %v (%s), want an unavailable error", err, k)
 	}
 }
+
+// TestPingNeedsTheDatabase: a daemon that answers GET /1.0 while its
+// instance list (read from its database) hangs does not pass Ping.
+func TestPingNeedsTheDatabase(t *testing.T) {
+	var wedged atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /1.0", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"api_version":"1.0"}}`)
+	})
+	mux.HandleFunc("GET /1.0/instances", func(w http.ResponseWriter, r *http.Request) {
+		if wedged.Load() {
+			<-r.Context().Done()
+			return
+		}
+		fmt.Fprint(w, `{"type":"sync","status":"Success","status_code":200,"metadata":["/1.0/instances/a"]}`)
+	})
+	c := fakeDaemon(t, mux)
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatalf("answering daemon: %v", err)
+	}
+	wedged.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := c.Ping(ctx); err == nil {
+		t.Fatal("Ping passed with the instance list hanging")
+	}
+}

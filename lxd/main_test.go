@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		// Runs until the process exits.
-		testutil.Watchdog("the LXD daemon (GET /1.0)", 15*time.Second, 20*time.Second, NewClient(DefaultSocket).Ping)
+		testutil.Watchdog("the LXD daemon (GET /1.0, GET /1.0/instances)", 15*time.Second, 20*time.Second, NewClient(DefaultSocket).Ping)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		began := time.Now()
 		img, err := BuildImage(ctx, ImageOptions{CacheDir: testCacheDir(), Alias: testImage(), Log: os.Stderr})

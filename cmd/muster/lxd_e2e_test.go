@@ -45,9 +45,9 @@ func requireLXDE2E(t *testing.T) *lxdE2E {
 	ping, cancelPing := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelPing()
 	if err := c.Ping(ping); err != nil {
-		t.Fatalf("the LXD daemon did not answer GET /1.0 within 30s: %v", err)
+		t.Fatalf("the LXD daemon did not answer GET /1.0 and GET /1.0/instances within 30s: %v", err)
 	}
-	t.Cleanup(testutil.Watchdog("the LXD daemon (GET /1.0)", 15*time.Second, 20*time.Second, c.Ping))
+	t.Cleanup(testutil.Watchdog("the LXD daemon (GET /1.0, GET /1.0/instances)", 15*time.Second, 20*time.Second, c.Ping))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if _, err := lxd.BuildImage(ctx, lxd.ImageOptions{CacheDir: cache}); err != nil {

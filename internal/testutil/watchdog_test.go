@@ -3,6 +3,8 @@ package testutil
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,4 +45,22 @@ func TestWatchdogQuietWhileAnswered(t *testing.T) {
 	}, func(msg string) { t.Errorf("failed: %s", msg) })
 	Eventually(t, "20 pings", func() bool { return pings.Load() >= 20 })
 	stop()
+}
+
+func TestWatchdogRecordsWhy(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "watchdog")
+	t.Setenv("MUSTER_TEST_WATCHDOG_FILE", "")
+	if err := recordWatchdog("ignored"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("unset: file %v", err)
+	}
+	t.Setenv("MUSTER_TEST_WATCHDOG_FILE", f)
+	if err := recordWatchdog("the daemon did not answer"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(f); err != nil || string(b) != "the daemon did not answer\n" {
+		t.Fatalf("recorded %q, %v", b, err)
+	}
 }
