@@ -63,10 +63,18 @@ type Agents struct {
 func runAgents(ctx context.Context, n int, timeout, steady time.Duration) (Agents, error) {
 	res := Agents{Scenario: "agents", Machines: n, BootDelaySeconds: agentsBootDelay.Seconds()}
 	var err error
-	if res.NoAgents, err = agentsRun(ctx, n, false, timeout, 0); err != nil {
+	// Each run's goroutines (the controller's too) carry the label run=…
+	// in a CPU profile: go tool pprof -tagfocus run=agents.
+	pprof.Do(ctx, pprof.Labels("run", "no-agents"), func(ctx context.Context) {
+		res.NoAgents, err = agentsRun(ctx, n, false, timeout, 0)
+	})
+	if err != nil {
 		return res, fmt.Errorf("without agents: %w", err)
 	}
-	if res.WithAgents, err = agentsRun(ctx, n, true, timeout, steady); err != nil {
+	pprof.Do(ctx, pprof.Labels("run", "agents"), func(ctx context.Context) {
+		res.WithAgents, err = agentsRun(ctx, n, true, timeout, steady)
+	})
+	if err != nil {
 		return res, fmt.Errorf("with agents: %w", err)
 	}
 	res.Ratio = round3(res.WithAgents.Seconds / (res.NoAgents.Seconds + agentsBootDelay.Seconds()))
