@@ -149,6 +149,10 @@ type session struct {
 	token  string
 	model  string // model uuid
 	period time.Duration
+	// reported: the enrolment that opened the session applied the
+	// started report; life is the machine's life then.
+	reported bool
+	life     string
 }
 
 // New returns the agent of cfg, ready to Run; an invalid cfg is an
@@ -291,15 +295,14 @@ func (a *Agent) serve(ctx context.Context, s session) error {
 // makes it dead when the controller says it is dying. It returns the
 // session it reached the controller with.
 func (a *Agent) start(ctx context.Context, s session) (session, error) {
+	if s.reported {
+		return s, a.started(ctx, s, s.life)
+	}
 	b := a.newBackoff()
 	for {
 		life, err := a.reportStarted(ctx, s)
 		if err == nil {
-			a.log.Info("machine started")
-			if a.opts.OnStarted != nil {
-				a.opts.OnStarted()
-			}
-			return s, a.checkLife(ctx, s, life)
+			return s, a.started(ctx, s, life)
 		}
 		if ctx.Err() != nil || needsLogin(err) {
 			return s, err
@@ -311,6 +314,16 @@ func (a *Agent) start(ctx context.Context, s session) (session, error) {
 			return s, err
 		}
 	}
+}
+
+// started follows the controller's acceptance of the started report:
+// the machine's life was life then.
+func (a *Agent) started(ctx context.Context, s session, life string) error {
+	a.log.Info("machine started")
+	if a.opts.OnStarted != nil {
+		a.opts.OnStarted()
+	}
+	return a.checkLife(ctx, s, life)
 }
 
 // heartbeat beats until ctx ends or the session becomes invalid. The
@@ -390,6 +403,12 @@ func (a *Agent) checkLife(ctx context.Context, s session, life string) error {
 // addresses) keeps the provider's recorded values, which the controller
 // merges in. It returns the machine's life.
 func (a *Agent) reportStarted(ctx context.Context, s session) (string, error) {
+	am, err := s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, a.startedReport())
+	return am.Life, err
+}
+
+// startedReport is the update that reports the machine started.
+func (a *Agent) startedReport() api.AgentUpdate {
 	hw := a.opts.Hardware()
 	u := api.AgentUpdate{
 		Status:        muster.Ptr(string(muster.StatusStarted)),
@@ -399,8 +418,7 @@ func (a *Agent) reportStarted(ctx context.Context, s session) (string, error) {
 	if addrs := a.opts.Addresses(); len(addrs) > 0 {
 		u.Addresses = &addrs
 	}
-	am, err := s.client.SetAgentMachine(ctx, s.model, a.cfg.Machine, u)
-	return am.Life, err
+	return u
 }
 
 // firstHeartbeat draws the wait before a session's first heartbeat from

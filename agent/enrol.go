@@ -46,6 +46,7 @@ func (a *Agent) enrol(ctx context.Context) (*session, error) {
 				return nil, nil // the agent logs in
 			}
 			s := a.newSession(a.clients[a.cur], *res.Session)
+			s.reported, s.life = res.Reported, res.Life
 			return &s, nil
 		}
 		switch muster.ErrorCode(err) {
@@ -76,7 +77,8 @@ func (a *Agent) tryEnrol(ctx context.Context) (api.EnrolResult, error) {
 	if err != nil {
 		return api.EnrolResult{}, fmt.Errorf("read instance identity: %w", err)
 	}
-	req := api.EnrolRequest{Model: a.cfg.Model, Machine: a.cfg.Machine, Token: a.cfg.EnrolToken, Document: string(doc), Signature: sig}
+	report := a.startedReport()
+	req := api.EnrolRequest{Model: a.cfg.Model, Machine: a.cfg.Machine, Token: a.cfg.EnrolToken, Document: string(doc), Signature: sig, Report: &report}
 	var lastErr error
 	for i := range a.clients {
 		idx := (a.cur + i) % len(a.clients)

@@ -92,9 +92,16 @@ func TestAgentEnrolsThenLogsIn(t *testing.T) {
 		t.Errorf("kept config %+v: want the machine's nonce and a password, no token", kept)
 	}
 	mu.Unlock()
-	// The enrolment's session served: no login request was made.
+	// The enrolment's session served and it carried the started report:
+	// no login request, no separate report.
 	if n := h.logins.Load(); n != 0 {
 		t.Errorf("%d login requests after enrolling, want 0 (the enrolment opened the session)", n)
+	}
+	if n := h.machineWrites.Load(); n != 0 {
+		t.Errorf("%d machine writes after enrolling, want 0 (the enrolment reported the machine started)", n)
+	}
+	if m := h.machine(t, cfg.Machine); m.Instance == nil || m.Instance.Hardware.Cores == 0 || m.Instance.Hardware.Arch != "amd64" {
+		t.Errorf("hardware after the enrolment's report: %+v, want the agent's cores over the recorded arch", m.Instance)
 	}
 
 	for name, c := range map[string]muster.AgentConfig{
@@ -107,6 +114,23 @@ func TestAgentEnrolsThenLogsIn(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "enrol") {
 			t.Errorf("%s: Run returned %v, want an enrolment refusal", name, err)
 		}
+	}
+}
+
+// An enrolment the controller answers without applying the report (the
+// report went missing, or its write failed) leaves the agent to report
+// the machine started itself.
+func TestAgentReportsWhenTheEnrolmentDidNot(t *testing.T) {
+	h, cfg, _ := enrolSetup(t)
+	h.stripReports.Store(true)
+	started := make(chan struct{}, 1)
+	h.run(t, cfg, h.options(started))
+	waitFor(t, started, "the enrolled agent to report started")
+	if m := h.machine(t, cfg.Machine); m.Status != muster.StatusStarted {
+		t.Fatalf("machine status %s, want started", m.Status)
+	}
+	if n := h.machineWrites.Load(); n != 1 {
+		t.Fatalf("%d machine writes, want 1 (the agent's own report)", n)
 	}
 }
 

@@ -1,7 +1,9 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,6 +36,8 @@ type harness struct {
 	caPEM []byte
 
 	logins          atomic.Int64 // login requests seen
+	machineWrites   atomic.Int64 // SetAgentMachine requests seen
+	stripReports    atomic.Bool  // enrolments reach the server without their report
 	heartbeats      atomic.Int64 // heartbeat requests seen
 	blockHeartbeats atomic.Bool  // answer heartbeats 503, as if the network dropped them
 }
@@ -76,6 +80,17 @@ func newHarnessRuntime(tb testing.TB, rt api.Runtime) *harness {
 		switch {
 		case r.URL.Path == "/v1/agent/login":
 			h.logins.Add(1)
+		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/models/"):
+			h.machineWrites.Add(1)
+		case r.URL.Path == api.EnrolPath && h.stripReports.Load():
+			var req api.EnrolRequest
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			req.Report = nil
+			b, _ := json.Marshal(req)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
 			h.heartbeats.Add(1)
 			if h.blockHeartbeats.Load() {

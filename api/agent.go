@@ -82,6 +82,50 @@ func checkAgentUpdate(req AgentUpdate) error {
 	return nil
 }
 
+// agentUpdate checks an agent's update and turns it into the store's,
+// without the life (which needs the machine) and the machine's id.
+func agentUpdate(req AgentUpdate) (muster.MachineUpdate, error) {
+	if err := checkAgentUpdate(req); err != nil {
+		return muster.MachineUpdate{}, err
+	}
+	u := muster.MachineUpdate{StatusMessage: req.StatusMessage, Hardware: req.Hardware, Addresses: req.Addresses}
+	if req.Status != nil {
+		switch st := muster.MachineStatus(*req.Status); st {
+		case muster.StatusStarted, muster.StatusStopped, muster.StatusError:
+			u.Status = &st
+		default:
+			return muster.MachineUpdate{}, muster.Errorf(muster.EInvalid, "bad status %q: an agent may set started, stopped or error", *req.Status)
+		}
+	}
+	if req.Addresses != nil && *req.Addresses == nil {
+		u.Addresses = muster.Ptr([]string{})
+	}
+	return u, nil
+}
+
+// agentChange completes an agent's update u of machine mc (its id; the
+// hardware it measured over what the provider recorded: zero fields keep
+// the recorded values) and returns the events of what u changes, to be
+// written with it.
+func agentChange(model string, u muster.MachineUpdate, mc muster.Machine) (muster.MachineUpdate, []muster.Event) {
+	if u.Hardware != nil && mc.Instance != nil {
+		u.Hardware = muster.Ptr(mergeHardware(mc.Instance.Hardware, *u.Hardware))
+	}
+	u.ID = mc.ID
+	var es []muster.Event
+	if u.Life != nil && mc.Life != muster.LifeDead {
+		es = append(es, muster.Event{ModelUUID: model, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)})
+	}
+	if u.Status != nil && *u.Status != mc.Status {
+		msg := fmt.Sprintf("machine %s %s", mc.ID, *u.Status)
+		if u.StatusMessage != nil && *u.StatusMessage != "" {
+			msg += ": " + *u.StatusMessage
+		}
+		es = append(es, muster.Event{ModelUUID: model, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg})
+	}
+	return u, es
+}
+
 func hardwareName(s string) bool {
 	if len(s) > maxHardwareName {
 		return false
@@ -255,7 +299,8 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkAgentUpdate(req); err != nil {
+	u, err := agentUpdate(req)
+	if err != nil {
 		return err
 	}
 	own := principalOf(r.Context()).agent
@@ -264,25 +309,9 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 	if !own.writes.AllowN(s.clock.Now(), 1) {
 		return muster.Errorf(muster.EUnavailable, "agent of machine %s writes too often: slow down", own.machineID)
 	}
-	u := muster.MachineUpdate{StatusMessage: req.StatusMessage, Hardware: req.Hardware, Addresses: req.Addresses}
-	if req.Status != nil {
-		switch st := muster.MachineStatus(*req.Status); st {
-		case muster.StatusStarted, muster.StatusStopped, muster.StatusError:
-			u.Status = &st
-		default:
-			return muster.Errorf(muster.EInvalid, "bad status %q: an agent may set started, stopped or error", *req.Status)
-		}
-	}
-	if req.Addresses != nil && *req.Addresses == nil {
-		u.Addresses = muster.Ptr([]string{})
-	}
 	sess, mc, err := s.agentMachine(r)
 	if err != nil {
 		return err
-	}
-	if req.Hardware != nil && mc.Instance != nil {
-		// Zero fields keep what the provider recorded.
-		u.Hardware = muster.Ptr(mergeHardware(mc.Instance.Hardware, *req.Hardware))
 	}
 	if req.Life != nil {
 		if *req.Life != string(muster.LifeDead) {
@@ -293,20 +322,8 @@ func (s *Server) handleAgentSetMachine(w http.ResponseWriter, r *http.Request) e
 		}
 		u.Life = muster.Ptr(muster.LifeDead)
 	}
-	u.ID = mc.ID
 	ctx := r.Context()
-	// Events only for what actually changes, written with the change.
-	var es []muster.Event
-	if u.Life != nil && mc.Life != muster.LifeDead {
-		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "dead", Message: fmt.Sprintf("machine %s is dead", mc.ID)})
-	}
-	if u.Status != nil && *u.Status != mc.Status {
-		msg := fmt.Sprintf("machine %s %s", mc.ID, *u.Status)
-		if u.StatusMessage != nil && *u.StatusMessage != "" {
-			msg += ": " + *u.StatusMessage
-		}
-		es = append(es, muster.Event{ModelUUID: sess.modelUUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: string(*u.Status), Message: msg})
-	}
+	u, es := agentChange(sess.modelUUID, u, mc)
 	if err := s.agentWrites.write(ctx, sess.modelUUID, &u, es...); err != nil {
 		return err
 	}

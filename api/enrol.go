@@ -21,6 +21,11 @@ type EnrolRequest struct {
 	Token     string `json:"token"`
 	Document  string `json:"document"`
 	Signature string `json:"signature"`
+	// Report is the agent's first report (status, hardware, addresses;
+	// not life), applied as SetAgentMachine would once the enrolment
+	// opens a session: one request fewer per agent. Invalid, it refuses
+	// the enrolment before anything changes.
+	Report *AgentUpdate `json:"report,omitempty"`
 }
 
 // EnrolResult is the machine's credentials, handed out once: the agent
@@ -33,6 +38,12 @@ type EnrolResult struct {
 	// (one request fewer per agent); absent when the machine cannot have
 	// one (dead, no instance), for the agent's login to say why.
 	Session *LoginResult `json:"session,omitempty"`
+	// Reported says the request's Report was applied; Life is then the
+	// machine's life as the enrolment found it. Not reported (no
+	// session, or the write failed), the agent reports with
+	// SetAgentMachine.
+	Reported bool   `json:"reported,omitempty"`
+	Life     string `json:"life,omitempty"`
 }
 
 // Enrol enrols a batch-started agent (POST EnrolPath). unauthorized for a
@@ -77,6 +88,17 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 		s.authFail.fail(r, "enrolment without model, machine, token or identity")
 		return muster.Errorf(muster.EUnauthorized, "enrolment needs model, machine, token, document and signature")
 	}
+	var report *muster.MachineUpdate
+	if req.Report != nil {
+		if req.Report.Life != nil {
+			return muster.Errorf(muster.EInvalid, "bad report: an enrolment's report may not set the life")
+		}
+		u, err := agentUpdate(*req.Report)
+		if err != nil {
+			return err
+		}
+		report = &u
+	}
 	m, err := s.models.get(ctx, s.store, s.clock, req.Model)
 	if muster.IsCode(err, muster.ENotFound) {
 		s.authFail.fail(r, "enrolment in an unknown model")
@@ -120,13 +142,30 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	evs := []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "enrol", Kind: "enrol",
 		Message: fmt.Sprintf("instance %s enrolled as machine %s", id.InstanceID, mc.ID)}}
 	res := EnrolResult{Machine: mc.ID, Nonce: mc.Nonce, Password: password}
+	var u *muster.MachineUpdate
 	if mc.HasInstance() && mc.Life != muster.LifeDead {
 		sess, login := s.openSession(m, mc)
 		res.Session = &sess
 		evs = append(evs, login)
+		if report != nil {
+			ru, es := agentChange(m.UUID, *report, mc)
+			u, evs = &ru, append(evs, es...)
+		}
 	}
-	if err := s.agentWrites.write(ctx, m.UUID, nil, evs...); err != nil {
+	err = s.agentWrites.write(ctx, m.UUID, u, evs...)
+	if err != nil && u != nil && ctx.Err() == nil {
+		// The report failed (the machine removed meanwhile): the agent
+		// reports on its own, and the enrolment's events go alone. (A
+		// write whose request went away is still committed.)
+		s.logger.Warn("enrolment report not applied", "model", m.Name, "machine", mc.ID, "err", err)
+		u, evs = nil, evs[:2]
+		err = s.agentWrites.write(ctx, m.UUID, nil, evs...)
+	}
+	if err != nil {
 		s.logger.Error("append events", "model", m.UUID, "kind", "enrol", "err", err)
+	}
+	if u != nil {
+		res.Reported, res.Life = true, string(mc.Life)
 	}
 	writeJSON(w, http.StatusOK, res)
 	return nil

@@ -43,7 +43,7 @@ func newEnrolFixture(t *testing.T) *enrolFixture {
 			t.Fatal(err)
 		}
 		if errs, err := h.store.RecordInstances(ctx, h.model.UUID, []muster.InstanceRecord{{MachineID: id, Nonce: f.nonce[id],
-			Info: muster.InstanceInfo{InstanceID: inst.ID, Zone: "a"}}}); err != nil || errs[0] != nil {
+			Info: muster.InstanceInfo{InstanceID: inst.ID, Zone: "a", Hardware: muster.Hardware{Arch: "amd64", Mem: 2048}}}}); err != nil || errs[0] != nil {
 			t.Fatalf("record: %v %v", errs, err)
 		}
 	}
@@ -174,4 +174,63 @@ func TestEnrolWithoutCertificate(t *testing.T) {
 	doc, sig, _ := cloud.IdentityDocument(inst.ID)
 	_, err = h.anon.Enrol(context.Background(), api.EnrolRequest{Model: "default", Machine: "0", Token: "t", Document: string(doc), Signature: sig})
 	wantCode(t, err, muster.EUnavailable)
+}
+
+// An enrolment that carries the agent's first report sets the machine
+// started in the same request (hardware merged over the recorded, the
+// addresses taken), with its events; an invalid report refuses the
+// enrolment before anything changes.
+func TestEnrolAppliesTheStartedReport(t *testing.T) {
+	f := newEnrolFixture(t)
+	h, ctx := f.h, context.Background()
+	req := f.request(t, "0", f.inst["0"], f.tok)
+	for _, tc := range []struct {
+		name   string
+		report api.AgentUpdate
+	}{
+		{"life", api.AgentUpdate{Life: muster.Ptr(string(muster.LifeDead))}},
+		{"status", api.AgentUpdate{Status: muster.Ptr("pending")}},
+		{"address", api.AgentUpdate{Addresses: &[]string{"not-an-ip"}}},
+	} {
+		bad := req
+		bad.Report = &tc.report
+		_, err := h.anon.Enrol(ctx, bad)
+		wantCode(t, err, muster.EInvalid)
+	}
+	before, err := h.store.Machine(ctx, h.model.UUID, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Status == muster.StatusStarted || before.Instance == nil || before.Instance.Hardware.Arch == "" {
+		t.Fatalf("fixture: machine 0 %s, instance %+v; want not started, with recorded hardware", before.Status, before.Instance)
+	}
+	req.Report = &api.AgentUpdate{Status: muster.Ptr("started"), StatusMessage: muster.Ptr(""),
+		Hardware: &muster.Hardware{Cores: 7}, Addresses: &[]string{"10.1.2.3"}}
+	res, err := h.anon.Enrol(ctx, req)
+	if err != nil {
+		t.Fatalf("enrol with a valid report after invalid ones: %v", err)
+	}
+	if !res.Reported || res.Life != string(muster.LifeAlive) || res.Session == nil {
+		t.Fatalf("enrol: reported %v, life %q, session %v; want reported, alive, a session", res.Reported, res.Life, res.Session)
+	}
+	m, err := h.store.Machine(ctx, h.model.UUID, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw := before.Instance.Hardware
+	hw.Cores = 7
+	if m.Status != muster.StatusStarted || m.Instance.Hardware != hw || len(m.Instance.Addresses) != 1 || m.Instance.Addresses[0] != "10.1.2.3" {
+		t.Fatalf("after the report: status %s, hardware %+v, addresses %v; want started, %+v, [10.1.2.3]", m.Status, m.Instance.Hardware, m.Instance.Addresses, hw)
+	}
+	evs, err := h.store.Events(ctx, h.model.UUID, muster.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range evs {
+		kinds[e.Kind]++
+	}
+	if kinds["enrol"] != 1 || kinds["login"] != 1 || kinds["started"] != 1 {
+		t.Fatalf("events %v; want one enrol, login and started", kinds)
+	}
 }
