@@ -89,16 +89,33 @@ type EnrolmentStore interface {
 	// instance id. Missing machines are ignored; ENotFound for an unknown
 	// model.
 	SetEnrolment(ctx context.Context, modelUUID string, machineIDs []string, tokenHash string) error
-	// Enrol hands out machine machineID's credentials, once, to the
-	// instance recorded for it: in one transaction it checks that
-	// instanceID is the machine's recorded instance and token one of its
-	// enrolment tokens, sets the machine's password hash to passwordHash
-	// and marks the credentials handed out, and returns the machine (its
-	// nonce). ENotFound when there is no such machine; EUnavailable when
-	// the machine has no instance recorded yet but this token is its batch's
-	// (the batch's instances are recorded after its start call: try
-	// again); EUnauthorized when the instance is another's or the token
-	// not the machine's; EConflict when the credentials were handed out
-	// already or the machine is dead.
-	Enrol(ctx context.Context, modelUUID, machineID, instanceID, token, passwordHash string) (Machine, error)
+	// Enrol hands out the credentials of each enrolment's machine, once,
+	// to the instance recorded for it, all in one transaction (agents
+	// enrolling together cost one): for each it checks that InstanceID is
+	// the machine's recorded instance and Token one of its enrolment
+	// tokens, sets the machine's password hash to PasswordHash and marks
+	// the credentials handed out. out[i] is es[i]'s outcome, decided on
+	// its own: the machine (its nonce), or ENotFound when there is no such
+	// machine; EUnavailable when the machine has no instance recorded yet
+	// but this token is its batch's (the batch's instances are recorded
+	// after its start call: try again); EUnauthorized when the instance is
+	// another's or the token not the machine's; EConflict when the
+	// credentials were handed out already (also by an earlier enrolment
+	// of es) or the machine is dead; EInvalid for an enrolment missing a
+	// field. err is the transaction's: then nothing changed.
+	Enrol(ctx context.Context, modelUUID string, es []Enrolment) (out []Enrolled, err error)
+}
+
+// Enrolment is one instance's claim to its machine's credentials.
+type Enrolment struct {
+	MachineID    string
+	InstanceID   string // from its verified identity document
+	Token        string // the batch's enrolment token
+	PasswordHash string // of the password to hand out
+}
+
+// Enrolled is the outcome of one Enrolment: the machine, or Err.
+type Enrolled struct {
+	Machine Machine
+	Err     error
 }

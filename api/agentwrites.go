@@ -7,77 +7,125 @@ import (
 	"github.com/musterhq/muster"
 )
 
-// agentWrites commits the writes of many agents together (group commit):
-// a write that arrives while the store is busy with one transaction waits
-// for the next, which takes every write queued by then, one transaction
-// per model. An agent's write is still answered only once it is in the
-// store, and an idle controller adds no delay: the first write goes at
-// once. Thousands of agents reporting started cost the store's single
-// writer tens of transactions, not thousands.
-type agentWrites struct {
-	store muster.Store
+// groupCommit commits the items of many requests together (group commit):
+// an item that arrives while a commit runs waits for the next, which
+// takes every item queued by then, one commit call per model. A request
+// is still answered only once its item is committed, and an idle
+// controller adds no delay: the first item goes at once. Thousands of
+// agents writing at once cost the store's single writer tens of
+// transactions, not thousands.
+type groupCommit[T any] struct {
+	// commit commits one model's items and returns each one's outcome.
+	commit func(model string, items []T) []error
 
 	mu      sync.Mutex
-	pending map[string][]*agentWrite // by model
-	busy    bool                     // a committer runs
+	pending map[string][]queued[T] // by model
+	busy    bool                   // a committer runs
 }
 
-// agentWrite is one agent's machine update (optional) and its events.
-type agentWrite struct {
-	u      *muster.MachineUpdate
-	events []muster.Event
-	done   chan error
+type queued[T any] struct {
+	item T
+	done chan error
 }
 
-func newAgentWrites(store muster.Store) *agentWrites {
-	return &agentWrites{store: store, pending: map[string][]*agentWrite{}}
-}
-
-// write applies u (when not nil) with its events, as one part of a batch,
-// and returns its own outcome. ctx bounds the wait, not the write: once
-// queued, a write is committed even if its request went away.
-func (a *agentWrites) write(ctx context.Context, model string, u *muster.MachineUpdate, events ...muster.Event) error {
-	w := &agentWrite{u: u, events: events, done: make(chan error, 1)}
-	a.mu.Lock()
-	a.pending[model] = append(a.pending[model], w)
-	start := !a.busy
-	a.busy = true
-	a.mu.Unlock()
+// do queues item and returns its outcome. ctx bounds the wait, not the
+// commit: once queued, an item is committed even if its request went
+// away (commit can look at the item's own context to skip it).
+func (g *groupCommit[T]) do(ctx context.Context, model string, item T) error {
+	q := queued[T]{item: item, done: make(chan error, 1)}
+	g.mu.Lock()
+	if g.pending == nil {
+		g.pending = map[string][]queued[T]{}
+	}
+	g.pending[model] = append(g.pending[model], q)
+	start := !g.busy
+	g.busy = true
+	g.mu.Unlock()
 	if start {
-		go a.commit()
+		go g.run()
 	}
 	select {
-	case err := <-w.done:
+	case err := <-q.done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// commit writes batches until none is queued.
-func (a *agentWrites) commit() {
+// run commits batches until none is queued.
+func (g *groupCommit[T]) run() {
 	for {
-		a.mu.Lock()
-		batch := a.pending
+		g.mu.Lock()
+		batch := g.pending
 		if len(batch) == 0 {
-			a.busy = false
-			a.mu.Unlock()
+			g.busy = false
+			g.mu.Unlock()
 			return
 		}
-		a.pending = map[string][]*agentWrite{}
-		a.mu.Unlock()
-		for model, ws := range batch {
-			a.commitModel(model, ws)
+		g.pending = map[string][]queued[T]{}
+		g.mu.Unlock()
+		for model, qs := range batch {
+			items := make([]T, len(qs))
+			for i, q := range qs {
+				items[i] = q.item
+			}
+			for i, err := range g.commit(model, items) {
+				qs[i].done <- err
+			}
 		}
 	}
 }
 
-// commitModel writes one model's batch in one transaction; when that
+// agentWrites group-commits what agents write: machine updates with their
+// events, and enrolments.
+type agentWrites struct {
+	store   muster.Store
+	updates groupCommit[agentWrite]
+	enrols  groupCommit[*enrolWrite]
+}
+
+// agentWrite is one agent's machine update (optional) and its events.
+type agentWrite struct {
+	u      *muster.MachineUpdate
+	events []muster.Event
+}
+
+// enrolWrite is one enrolment and, once committed, its machine.
+type enrolWrite struct {
+	ctx context.Context // the request's: a request gone before the commit is not enrolled
+	e   muster.Enrolment
+	m   muster.Machine
+}
+
+func newAgentWrites(store muster.Store) *agentWrites {
+	a := &agentWrites{store: store}
+	a.updates.commit = a.commitUpdates
+	a.enrols.commit = a.commitEnrols
+	return a
+}
+
+// write applies u (when not nil) with its events, as one part of a batch,
+// and returns its own outcome.
+func (a *agentWrites) write(ctx context.Context, model string, u *muster.MachineUpdate, events ...muster.Event) error {
+	return a.updates.do(ctx, model, agentWrite{u: u, events: events})
+}
+
+// enrol enrols e as one part of a batch (muster.EnrolmentStore's Enrol)
+// and returns its machine or its own refusal.
+func (a *agentWrites) enrol(ctx context.Context, model string, e muster.Enrolment) (muster.Machine, error) {
+	w := &enrolWrite{ctx: ctx, e: e}
+	if err := a.enrols.do(ctx, model, w); err != nil {
+		return muster.Machine{}, err
+	}
+	return w.m, nil
+}
+
+// commitUpdates writes one model's batch in one transaction; when that
 // fails (one machine removed meanwhile fails them all), each write is
 // tried on its own, so each gets its own outcome.
-func (a *agentWrites) commitModel(model string, ws []*agentWrite) {
+func (a *agentWrites) commitUpdates(model string, ws []agentWrite) []error {
 	ctx := context.Background()
-	apply := func(ws []*agentWrite) error {
+	apply := func(ws []agentWrite) error {
 		var us []muster.MachineUpdate
 		var es []muster.Event
 		for _, w := range ws {
@@ -88,14 +136,45 @@ func (a *agentWrites) commitModel(model string, ws []*agentWrite) {
 		}
 		return a.store.UpdateMachines(ctx, model, us, es...)
 	}
+	errs := make([]error, len(ws))
 	err := apply(ws)
 	if err == nil || len(ws) == 1 {
-		for _, w := range ws {
-			w.done <- err
+		for i := range errs {
+			errs[i] = err
 		}
-		return
+		return errs
 	}
-	for _, w := range ws {
-		w.done <- apply([]*agentWrite{w})
+	for i := range ws {
+		errs[i] = apply(ws[i : i+1])
 	}
+	return errs
+}
+
+// commitEnrols enrols one model's batch in one transaction, leaving out
+// the enrolments whose requests went away.
+func (a *agentWrites) commitEnrols(model string, ws []*enrolWrite) []error {
+	errs := make([]error, len(ws))
+	var es []muster.Enrolment
+	for i, w := range ws {
+		if errs[i] = w.ctx.Err(); errs[i] == nil {
+			es = append(es, w.e)
+		}
+	}
+	if len(es) == 0 {
+		return errs
+	}
+	out, err := a.store.Enrol(context.Background(), model, es)
+	j := 0
+	for i, w := range ws {
+		if errs[i] != nil {
+			continue
+		}
+		if err != nil {
+			errs[i] = err
+		} else {
+			w.m, errs[i] = out[j].Machine, out[j].Err
+		}
+		j++
+	}
+	return errs
 }

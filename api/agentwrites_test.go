@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -67,9 +68,9 @@ func TestAgentWritesGroupCommit(t *testing.T) {
 				go func() { errs[i] <- write(id) }()
 			}
 			testutil.Eventually(t, "writes queued", func() bool {
-				a.mu.Lock()
-				defer a.mu.Unlock()
-				return len(a.pending[m.UUID]) == len(tc.ids)
+				a.updates.mu.Lock()
+				defer a.updates.mu.Unlock()
+				return len(a.updates.pending[m.UUID]) == len(tc.ids)
 			})
 			close(gs.gate)
 			if err := <-first; err != nil {
@@ -90,5 +91,105 @@ func TestAgentWritesGroupCommit(t *testing.T) {
 				t.Errorf("store transactions: %d, want %d", got, tc.calls)
 			}
 		})
+	}
+}
+
+// gatedEnrols holds the first Enrol until released, and counts the calls
+// and the enrolments they carried.
+type gatedEnrols struct {
+	muster.Store
+	gate chan struct{}
+	once sync.Once
+	mu   sync.Mutex
+	n    []int
+}
+
+func (g *gatedEnrols) Enrol(ctx context.Context, model string, es []muster.Enrolment) ([]muster.Enrolled, error) {
+	g.mu.Lock()
+	g.n = append(g.n, len(es))
+	g.mu.Unlock()
+	g.once.Do(func() { <-g.gate })
+	return g.Store.Enrol(ctx, model, es)
+}
+
+func (g *gatedEnrols) calls() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), g.n...)
+}
+
+// TestEnrolsGroupCommit: enrolments queued while one commits go to the
+// store together in one call, each with its own outcome; one whose
+// request went away meanwhile is left out and enrols later.
+func TestEnrolsGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	st, m := storeWithModel(t)
+	if _, err := st.AddMachines(ctx, m.UUID, make([]muster.MachineTemplate, 5)); err != nil {
+		t.Fatal(err)
+	}
+	const tok = "batch-token"
+	for i := 0; i < 5; i++ {
+		id := strconv.Itoa(i)
+		if err := st.UpdateMachines(ctx, m.UUID, []muster.MachineUpdate{{ID: id, Nonce: muster.Ptr("n" + id)}}); err != nil {
+			t.Fatal(err)
+		}
+		if errs, err := st.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: id, Nonce: "n" + id,
+			Info: muster.InstanceInfo{InstanceID: "i-" + id}}}); err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+	}
+	if err := st.SetEnrolment(ctx, m.UUID, []string{"0", "1", "2", "3", "4"}, muster.HashSecret(tok)); err != nil {
+		t.Fatal(err)
+	}
+	gs := &gatedEnrols{Store: st, gate: make(chan struct{})}
+	a := newAgentWrites(gs)
+	enrol := func(ctx context.Context, id, token string) (muster.Machine, error) {
+		return a.enrol(ctx, m.UUID, muster.Enrolment{MachineID: id, InstanceID: "i-" + id, Token: token, PasswordHash: "h" + id})
+	}
+	type result struct {
+		m   muster.Machine
+		err error
+	}
+	first := make(chan result, 1)
+	go func() { mc, err := enrol(ctx, "0", tok); first <- result{mc, err} }()
+	testutil.Eventually(t, "first enrolment in the store", func() bool { return len(gs.calls()) == 1 })
+	gone, cancel := context.WithCancel(ctx)
+	queued := map[string]chan result{}
+	for _, id := range []string{"1", "2", "3"} {
+		c, token := ctx, tok
+		switch id {
+		case "2":
+			token = "forged"
+		case "3":
+			c = gone
+		}
+		queued[id] = make(chan result, 1)
+		go func() { mc, err := enrol(c, id, token); queued[id] <- result{mc, err} }()
+	}
+	testutil.Eventually(t, "enrolments queued", func() bool {
+		a.enrols.mu.Lock()
+		defer a.enrols.mu.Unlock()
+		return len(a.enrols.pending[m.UUID]) == 3
+	})
+	cancel()
+	if r := <-queued["3"]; r.err == nil {
+		t.Errorf("enrolment whose request went away: %+v, want its context's error", r.m)
+	}
+	close(gs.gate)
+	if r := <-first; r.err != nil || r.m.ID != "0" || r.m.Nonce != "n0" {
+		t.Fatalf("first enrolment: %+v %v", r.m, r.err)
+	}
+	if r := <-queued["1"]; r.err != nil || r.m.ID != "1" {
+		t.Errorf("queued enrolment of machine 1: %+v %v", r.m, r.err)
+	}
+	if r := <-queued["2"]; !muster.IsCode(r.err, muster.EUnauthorized) {
+		t.Errorf("queued enrolment with a forged token: %v, want unauthorized", r.err)
+	}
+	testutil.Eventually(t, "the batch committed", func() bool { return len(gs.calls()) == 2 })
+	if got := gs.calls(); got[0] != 1 || got[1] != 2 {
+		t.Errorf("store calls carried %v enrolments, want [1 2] (the gone request left out)", got)
+	}
+	if mc, err := enrol(ctx, "3", tok); err != nil || mc.ID != "3" {
+		t.Errorf("machine 3 enrolling again: %+v %v; want its credentials (never handed out)", mc, err)
 	}
 }

@@ -127,7 +127,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	// The store checks the instance is the one recorded for the machine,
 	// and the token, in the transaction that hands out the credentials.
 	password := muster.NewSecret()
-	mc, err := s.store.Enrol(ctx, m.UUID, req.Machine, id.InstanceID, req.Token, muster.HashSecret(password))
+	mc, err := s.agentWrites.enrol(ctx, m.UUID, muster.Enrolment{MachineID: req.Machine, InstanceID: id.InstanceID, Token: req.Token, PasswordHash: muster.HashSecret(password)})
 	switch muster.ErrorCode(err) {
 	case "":
 	case muster.ENotFound:

@@ -49,9 +49,9 @@ func TestBatchEnrolmentParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		got, err := h.store.Enrol(h.ctx, h.model.UUID, m.ID, m.InstanceID(), token, muster.HashSecret("pw"))
-		if err != nil || got.ID != m.ID || got.Nonce != m.Nonce {
-			t.Fatalf("enrol machine %s with the batch token: got %s, %v", m.ID, got.ID, err)
+		out, err := h.store.Enrol(h.ctx, h.model.UUID, []muster.Enrolment{{MachineID: m.ID, InstanceID: m.InstanceID(), Token: token, PasswordHash: muster.HashSecret("pw")}})
+		if err != nil || out[0].Err != nil || out[0].Machine.ID != m.ID || out[0].Machine.Nonce != m.Nonce {
+			t.Fatalf("enrol machine %s with the batch token: got %+v, %v", m.ID, out, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/musterhq/muster"
 )
@@ -61,74 +62,102 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 	})
 }
 
-// Enrol implements muster.EnrolmentStore.
-func (s *Store) Enrol(ctx context.Context, modelUUID, machineID, instanceID, token, passwordHash string) (muster.Machine, error) {
-	if machineID == "" || instanceID == "" || token == "" || passwordHash == "" {
-		return muster.Machine{}, muster.Errorf(muster.EInvalid, "enrol needs a machine id, an instance id, a token and a password hash")
+// Enrol implements muster.EnrolmentStore. The machines are locked in the
+// order of their ids, whatever the order of es: two controllers' batches
+// cannot deadlock.
+func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolment) ([]muster.Enrolled, error) {
+	out := make([]muster.Enrolled, len(es))
+	order := make([]int, 0, len(es))
+	ids := make([]int64, len(es))
+	for i, e := range es {
+		n, ok := parseID(e.MachineID)
+		switch {
+		case e.MachineID == "" || e.InstanceID == "" || e.Token == "" || e.PasswordHash == "":
+			out[i].Err = muster.Errorf(muster.EInvalid, "enrol needs a machine id, an instance id, a token and a password hash")
+		case !ok:
+			out[i].Err = muster.Errorf(muster.ENotFound, "no machine %q", e.MachineID)
+		default:
+			ids[i] = n
+			order = append(order, i)
+		}
 	}
-	var m muster.Machine
+	sort.SliceStable(order, func(a, b int) bool { return ids[order[a]] < ids[order[b]] })
 	err := s.write(ctx, func(t *wtx) error {
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
-		n, ok := parseID(machineID)
-		if !ok {
-			return muster.Errorf(muster.ENotFound, "no machine %q", machineID)
-		}
-		var err error
-		m, err = scanMachine(t.queryRow(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+t.s.d.forUpdate,
-			modelUUID, n))
-		if errors.Is(err, sql.ErrNoRows) {
-			return muster.Errorf(muster.ENotFound, "no machine %q", machineID)
-		}
-		if err != nil {
-			return fmt.Errorf("read machine %s: %w", machineID, err)
-		}
-		rows, err := t.query(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n)
-		if err != nil {
-			return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
-		}
-		var matches, handedOut bool
-		for rows.Next() {
-			var hash string
-			var handed int64
-			if err := rows.Scan(&hash, &handed); err != nil {
-				rows.Close()
-				return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
-			}
-			matches = matches || muster.SecretMatches(token, hash)
-			handedOut = handedOut || handed != 0
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
-		}
-		if !matches {
-			return muster.Errorf(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
-		}
-		if inst := m.InstanceID(); inst == "" && m.Life != muster.LifeDead && !handedOut {
-			// A batch's instances are recorded after its start call
-			// returns: its agent tries again.
-			return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", machineID)
-		} else if inst != instanceID {
-			return muster.Errorf(muster.EUnauthorized, "instance %s is not machine %s's", instanceID, machineID)
-		}
-		if handedOut {
-			return muster.Errorf(muster.EConflict, "the credentials of machine %s were handed out already", m.ID)
-		}
-		if m.Life == muster.LifeDead {
-			return muster.Errorf(muster.EConflict, "machine %s is dead", m.ID)
-		}
 		now := s.clock.Now().UTC().UnixNano()
-		if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 1 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
-			return fmt.Errorf("mark enrolment of machine %s: %w", m.ID, err)
+		for _, i := range order {
+			var err error
+			out[i], err = t.enrol(ctx, modelUUID, ids[i], es[i], now)
+			if err != nil {
+				return err
+			}
 		}
-		if _, err := t.exec(ctx, `UPDATE machines SET password_hash = ?, updated = ? WHERE model_uuid = ? AND id = ?`,
-			passwordHash, now, modelUUID, n); err != nil {
-			return fmt.Errorf("set password of machine %s: %w", m.ID, err)
-		}
-		m.PasswordHash = passwordHash
 		return nil
 	})
-	return m, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// enrol decides one enrolment of machine n in t: a refusal is the
+// outcome's Err, err a failed statement (the transaction's end).
+func (t *wtx) enrol(ctx context.Context, modelUUID string, n int64, e muster.Enrolment, now int64) (out muster.Enrolled, err error) {
+	m, err := scanMachine(t.queryRow(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+t.s.d.forUpdate,
+		modelUUID, n))
+	if errors.Is(err, sql.ErrNoRows) {
+		return muster.Enrolled{Err: muster.Errorf(muster.ENotFound, "no machine %q", e.MachineID)}, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("read machine %s: %w", e.MachineID, err)
+	}
+	rows, err := t.query(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n)
+	if err != nil {
+		return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
+	}
+	var matches, handedOut bool
+	for rows.Next() {
+		var hash string
+		var handed int64
+		if err := rows.Scan(&hash, &handed); err != nil {
+			rows.Close()
+			return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
+		}
+		matches = matches || muster.SecretMatches(e.Token, hash)
+		handedOut = handedOut || handed != 0
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
+	}
+	refuse := func(code, format string, args ...any) (muster.Enrolled, error) {
+		return muster.Enrolled{Err: muster.Errorf(code, format, args...)}, nil
+	}
+	if !matches {
+		return refuse(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
+	}
+	if inst := m.InstanceID(); inst == "" && m.Life != muster.LifeDead && !handedOut {
+		// A batch's instances are recorded after its start call
+		// returns: its agent tries again.
+		return refuse(muster.EUnavailable, "machine %s has no instance recorded yet", m.ID)
+	} else if inst != e.InstanceID {
+		return refuse(muster.EUnauthorized, "instance %s is not machine %s's", e.InstanceID, m.ID)
+	}
+	if handedOut {
+		return refuse(muster.EConflict, "the credentials of machine %s were handed out already", m.ID)
+	}
+	if m.Life == muster.LifeDead {
+		return refuse(muster.EConflict, "machine %s is dead", m.ID)
+	}
+	if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 1 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
+		return out, fmt.Errorf("mark enrolment of machine %s: %w", m.ID, err)
+	}
+	if _, err := t.exec(ctx, `UPDATE machines SET password_hash = ?, updated = ? WHERE model_uuid = ? AND id = ?`,
+		e.PasswordHash, now, modelUUID, n); err != nil {
+		return out, fmt.Errorf("set password of machine %s: %w", m.ID, err)
+	}
+	m.PasswordHash = e.PasswordHash
+	return muster.Enrolled{Machine: m}, nil
 }

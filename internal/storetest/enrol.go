@@ -30,16 +30,16 @@ func testEnrolment(t *testing.T, h *harness) {
 
 	// Instance i-N is machine N's.
 	enrol := func(inst, tok string) (muster.Machine, error) {
-		return s.Enrol(ctx, m.UUID, strings.TrimPrefix(inst, "i-"), inst, tok, muster.HashSecret("pw-"+inst))
+		return enrolOne(t, s, m.UUID, strings.TrimPrefix(inst, "i-"), inst, tok, muster.HashSecret("pw-"+inst))
 	}
 	// Batch a's instances are not recorded yet: try again later.
 	_, err := enrol("i-0", tokA)
 	wantCode(t, "unrecorded instance, live token", err, muster.EUnavailable)
 	_, err = enrol("i-0", "forged")
 	wantCode(t, "unrecorded instance, unknown token", err, muster.EUnauthorized)
-	_, err = s.Enrol(ctx, m.UUID, "7", "i-7", tokA, "h")
+	_, err = enrolOne(t, s, m.UUID, "7", "i-7", tokA, "h")
 	wantCode(t, "no such machine", err, muster.ENotFound)
-	_, err = s.Enrol(ctx, m.UUID, "", "i-0", tokA, "h")
+	_, err = enrolOne(t, s, m.UUID, "", "i-0", tokA, "h")
 	wantCode(t, "no machine id", err, muster.EInvalid)
 
 	for i := 0; i < 4; i++ {
@@ -61,7 +61,7 @@ func testEnrolment(t *testing.T, h *harness) {
 	}
 	_, err = enrol("i-1", tokA)
 	wantCode(t, "replay", err, muster.EConflict)
-	_, err = s.Enrol(ctx, m.UUID, "0", "i-1", tokA, muster.HashSecret("pw"))
+	_, err = enrolOne(t, s, m.UUID, "0", "i-1", tokA, muster.HashSecret("pw"))
 	wantCode(t, "machine 1's instance for machine 0", err, muster.EUnauthorized)
 	_, err = enrol("i-2", tokA)
 	wantCode(t, "batch a's token for batch b's machine", err, muster.EUnauthorized)
@@ -104,4 +104,71 @@ func testEnrolment(t *testing.T, h *harness) {
 	if err := s.SetEnrolment(ctx, m.UUID, []string{"0"}, muster.HashSecret(tokA)); err != nil {
 		t.Fatalf("SetEnrolment of a removed machine: %v", err)
 	}
+}
+
+// enrolOne enrols one instance: its outcome (a failed transaction fails
+// the test).
+func enrolOne(t *testing.T, s muster.Store, model, machine, instance, token, passwordHash string) (muster.Machine, error) {
+	t.Helper()
+	out, err := s.Enrol(ctxFor(t), model, []muster.Enrolment{{MachineID: machine, InstanceID: instance, Token: token, PasswordHash: passwordHash}})
+	if err != nil {
+		t.Fatalf("enrol transaction: %v", err)
+	}
+	if len(out) != 1 {
+		t.Fatalf("enrol: %d outcomes for one enrolment", len(out))
+	}
+	return out[0].Machine, out[0].Err
+}
+
+// testEnrolmentBatch: enrolments decided in one transaction each get
+// their own outcome, whatever their order; a second enrolment of a
+// machine in the same batch is a replay; a refusal changes nothing while
+// the others commit; an unknown model fails the whole transaction.
+func testEnrolmentBatch(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	addMachines(t, s, m.UUID, 4)
+	const tok = "token-of-the-batch"
+	for i := 0; i < 4; i++ {
+		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i)), PasswordHash: muster.Ptr("old")})
+		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
+			Info: muster.InstanceInfo{InstanceID: "i-" + idOf(i)}}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+	}
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"0", "1", "2", "3"}, muster.HashSecret(tok)); err != nil {
+		t.Fatal(err)
+	}
+	es := []muster.Enrolment{
+		{MachineID: "3", InstanceID: "i-3", Token: tok, PasswordHash: "h3"},
+		{MachineID: "1", InstanceID: "i-1", Token: "forged", PasswordHash: "h1"},
+		{MachineID: "0", InstanceID: "i-0", Token: tok, PasswordHash: "h0"},
+		{MachineID: "9", InstanceID: "i-9", Token: tok, PasswordHash: "h9"},
+		{MachineID: "3", InstanceID: "i-3", Token: tok, PasswordHash: "again"},
+		{MachineID: "2", InstanceID: "i-2", Token: tok},
+	}
+	out, err := s.Enrol(ctx, m.UUID, es)
+	if err != nil || len(out) != len(es) {
+		t.Fatalf("Enrol: %d outcomes, %v; want %d", len(out), err, len(es))
+	}
+	for i, want := range []string{"", muster.EUnauthorized, "", muster.ENotFound, muster.EConflict, muster.EInvalid} {
+		if got := muster.ErrorCode(out[i].Err); got != want {
+			t.Errorf("enrolment %d (machine %s): code %q (%v), want %q", i, es[i].MachineID, got, out[i].Err, want)
+		}
+	}
+	if out[0].Machine.ID != "3" || out[0].Machine.Nonce != "n3" || out[2].Machine.ID != "0" {
+		t.Errorf("enrolled machines %q (nonce %q) and %q, want 3 (n3) and 0", out[0].Machine.ID, out[0].Machine.Nonce, out[2].Machine.ID)
+	}
+	for id, want := range map[string]string{"0": "h0", "1": "old", "2": "old", "3": "h3"} {
+		if mm, _ := s.Machine(ctx, m.UUID, id); mm.PasswordHash != want {
+			t.Errorf("machine %s password hash %q, want %q", id, mm.PasswordHash, want)
+		}
+	}
+	if _, err := enrolOne(t, s, m.UUID, "1", "i-1", tok, "h1"); err != nil {
+		t.Errorf("machine 1 after its refused enrolment in a batch: %v", err)
+	}
+	_, err = s.Enrol(ctx, "no-such-model", es[:1])
+	wantCode(t, "enrolments in an unknown model", err, muster.ENotFound)
 }

@@ -65,6 +65,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"LeaseErrors", testLeaseErrors},
 		{"ControllerRegistry", testControllerRegistry},
 		{"Enrolment", testEnrolment},
+		{"EnrolmentBatch", testEnrolmentBatch},
 		{"CapacityBlocks", testCapacityBlocks},
 		{"ReleaseInstances", testReleaseInstances},
 	} {
