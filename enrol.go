@@ -3,6 +3,7 @@ package muster
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
@@ -37,7 +38,8 @@ const maxIdentityDocument = 4096
 
 // VerifyIdentity checks that sig (base64, as the metadata service serves
 // it) is the signature of doc by the key of the PEM certificate cert
-// (SHA-256 with RSA PKCS #1 v1.5 or ECDSA, by the certificate's key) and
+// (SHA-256 with RSA PKCS #1 v1.5 or ECDSA, or Ed25519 over the document,
+// by the certificate's key) and
 // returns the document. EUnauthorized for a bad signature or document,
 // EInvalid for a bad certificate.
 func VerifyIdentity(cert []byte, doc []byte, sig string) (InstanceIdentity, error) {
@@ -55,6 +57,8 @@ func VerifyIdentity(cert []byte, doc []byte, sig string) (InstanceIdentity, erro
 		algo = x509.SHA256WithRSA
 	case *ecdsa.PublicKey:
 		algo = x509.ECDSAWithSHA256
+	case ed25519.PublicKey:
+		algo = x509.PureEd25519
 	default:
 		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: unsupported key type %T", c.PublicKey)
 	}

@@ -2,6 +2,7 @@ package muster_test
 
 import (
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
@@ -76,6 +77,30 @@ func TestVerifyIdentity(t *testing.T) {
 				t.Fatalf("got %v, want code %s", err, tc.code)
 			}
 		})
+	}
+}
+
+// An Ed25519 certificate (the sim's) verifies Ed25519 signatures over the
+// whole document and refuses an altered one.
+func TestVerifyIdentityEd25519(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "t"},
+		NotBefore: time.Unix(0, 0), NotAfter: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	doc := []byte(`{"instanceId":"i-0ed"}`)
+	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key, doc))
+	if id, err := muster.VerifyIdentity(cert, doc, sig); err != nil || id.InstanceID != "i-0ed" {
+		t.Fatalf("got %+v, %v", id, err)
+	}
+	if _, err := muster.VerifyIdentity(cert, []byte(`{"instanceId":"i-1ed"}`), sig); muster.ErrorCode(err) != muster.EUnauthorized {
+		t.Fatalf("altered document: got %v, want unauthorized", err)
 	}
 }
 

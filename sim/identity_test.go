@@ -2,10 +2,17 @@ package sim_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,6 +75,56 @@ func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
 	if _, err := muster.VerifyIdentity(other.IdentityCert(), doc2, sig2); muster.ErrorCode(err) != muster.EUnauthorized {
 		t.Fatalf("another sim's certificate: got %v, want unauthorized", err)
 	}
+}
+
+// A new sim signs with Ed25519; a state file from before, with an ECDSA
+// key, keeps that key: its documents still verify with its certificate.
+func TestIdentityKeyOfAnOlderStateFile(t *testing.T) {
+	c := openCloud(t, sim.Config{Clock: newClock()})
+	if k := identityKeyType(t, c.IdentityCert()); k != "ed25519.PublicKey" {
+		t.Fatalf("new sim's identity key %s, want ed25519", k)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "sim.json")
+	st, _ := json.Marshal(map[string]any{"version": 2, "identity-key": string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))})
+	if err := os.WriteFile(file, st, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := openCloud(t, sim.Config{Clock: newClock(), StateFile: file})
+	if k := identityKeyType(t, old.IdentityCert()); k != "*ecdsa.PublicKey" {
+		t.Fatalf("older state file's identity key %s, want its ECDSA key", k)
+	}
+	inst, err := old.AddInstance("a", testController, testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, sig, err := old.IdentityDocument(inst.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := muster.VerifyIdentity(old.IdentityCert(), doc, sig); err != nil || id.InstanceID != inst.ID {
+		t.Fatalf("document signed with the older key: %+v %v", id, err)
+	}
+}
+
+func identityKeyType(t *testing.T, certPEM []byte) string {
+	t.Helper()
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		t.Fatal("identity certificate is not PEM")
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%T", c.PublicKey)
 }
 
 // The sim serves an instance's identity as EC2's metadata service does
