@@ -92,9 +92,28 @@ func TestIdentityKeyOfAnOlderStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A state file as an earlier sim left it: its key swapped for ECDSA.
 	file := filepath.Join(t.TempDir(), "sim.json")
-	st, _ := json.Marshal(map[string]any{"version": 2, "identity-key": string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))})
-	if err := os.WriteFile(file, st, 0o600); err != nil {
+	first, err := sim.Open(sim.Config{Clock: newClock(), StateFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["identity-key"] = string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	if b, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	old := openCloud(t, sim.Config{Clock: newClock(), StateFile: file})
