@@ -85,3 +85,21 @@ func TestParseAgentConfig(t *testing.T) {
 		})
 	}
 }
+
+// Validate parses a CA certificate once and remembers it, but only one
+// that parsed: a bad certificate is refused after a good one and the
+// good one still passes after a bad one.
+func TestValidateRemembersOnlyAGoodCA(t *testing.T) {
+	c := AgentConfig{Model: "m", Machine: "1", Nonce: "n", Password: "p", APIAddresses: []string{"https://h:1"}, CACert: testCAPEM(t)}
+	good := c.CACert
+	bad := strings.Replace(good, good[40:48], "AAAAAAAA", 1) // PEM still, DER broken
+	for i, tc := range []struct {
+		ca   string
+		want bool
+	}{{good, true}, {bad, false}, {good, true}, {"junk", false}, {bad, false}} {
+		c.CACert = tc.ca
+		if err := c.Validate(); (err == nil) != tc.want {
+			t.Errorf("validation %d: %v, want ok=%v", i, err, tc.want)
+		}
+	}
+}

@@ -24,6 +24,9 @@ const agentsBootDelay = time.Second
 type AgentsRun struct {
 	SimAgents bool    `json:"sim_agents"`
 	Seconds   float64 `json:"seconds"` // from the add to every machine started (instance running without agents)
+	// InstancesSeconds is from the add to every instance running: with
+	// agents, what is left of Seconds is their boot and enrolment.
+	InstancesSeconds float64 `json:"instances_seconds"`
 	// WorstStatusSeconds is the slowest status read (the CLI's paged
 	// Status) while the run converged; StatusFailures counts failed ones.
 	WorstStatusSeconds float64 `json:"worst_status_seconds"`
@@ -132,6 +135,13 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		if time.Now().After(nextStatus) {
 			run.readStatus(ctx, cl)
 			nextStatus = time.Now().Add(statusEvery)
+		}
+		if run.InstancesSeconds == 0 {
+			if k, err := machineCount(c.Metrics(), "instance_status", "running"); err != nil {
+				return run, err
+			} else if k >= n {
+				run.InstancesSeconds = round3(time.Since(start).Seconds())
+			}
 		}
 		k, err := machineCount(c.Metrics(), want[0], want[1])
 		if err != nil {

@@ -164,12 +164,12 @@ func run(args []string, out, errOut io.Writer) error {
 
 func printAgents(out io.Writer, a Agents) {
 	fmt.Fprintf(out, "agents scenario: %d machines on a real controller's default model (boot delay %.1f s)\n\n", a.Machines, a.BootDelaySeconds)
-	fmt.Fprintf(out, "%-10s %9s %12s %9s %9s %12s %9s %6s\n", "run", "seconds", "worst status", "failures", "CPU s", "agent req/s", "restarts", "down")
+	fmt.Fprintf(out, "%-10s %9s %11s %12s %9s %9s %12s %9s %6s\n", "run", "seconds", "instances s", "worst status", "failures", "CPU s", "agent req/s", "restarts", "down")
 	for _, r := range []struct {
 		name string
 		r    AgentsRun
 	}{{"no agents", a.NoAgents}, {"agents", a.WithAgents}} {
-		fmt.Fprintf(out, "%-10s %9.3f %12.3f %9d %9.2f %12.1f %9d %6d\n", r.name, r.r.Seconds, r.r.WorstStatusSeconds,
+		fmt.Fprintf(out, "%-10s %9.3f %11.3f %12.3f %9d %9.2f %12.1f %9d %6d\n", r.name, r.r.Seconds, r.r.InstancesSeconds, r.r.WorstStatusSeconds,
 			r.r.StatusFailures, r.r.CPUSeconds, r.r.AgentRequestRate, r.r.ProvisionerRestarts, r.r.Down)
 	}
 	fmt.Fprintf(out, "\nagents / (no agents + boot delay) = %.3f (target ≤ 1.5), peak RSS %.1f MB (target < 600)\n", a.Ratio, a.PeakRSSMB)

@@ -197,7 +197,7 @@ func (c *Cloud) WriteFile(id, path string, data []byte) error {
 		c.files[id] = map[string][]byte{}
 	}
 	c.files[id][path] = append([]byte(nil), data...)
-	c.logPut(inst)
+	c.logFile(id, path, c.files[id][path])
 	c.mu.Unlock()
 	c.persist()
 	return nil

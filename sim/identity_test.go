@@ -200,3 +200,37 @@ func TestIdentityServedLikeIMDS(t *testing.T) {
 		t.Fatalf("certificate: %q", cert)
 	}
 }
+
+// A file written on an instance's disk is journalled as the file alone
+// and is there again when the sim reopens its state file (as after a
+// crash: no snapshot at close).
+func TestWrittenFileJournalled(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sim.json")
+	c := openCloud(t, sim.Config{Clock: newClock(), StateFile: file})
+	inst, err := c.AddInstance("a", testController, testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(inst.ID, "/etc/agent.conf", []byte("enrolled")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile("i-missing", "/x", nil); muster.ErrorCode(err) != muster.ENotFound {
+		t.Fatalf("file on an unknown instance: %v, want not-found", err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, `{"file":`) {
+		t.Fatalf("last journal record %.80s…, want the file alone", last)
+	}
+	copyFile := filepath.Join(t.TempDir(), "sim.json")
+	if err := os.WriteFile(copyFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c2 := openCloud(t, sim.Config{Clock: newClock(), StateFile: copyFile})
+	if got, ok := c2.ReadFile(inst.ID, "/etc/agent.conf"); !ok || string(got) != "enrolled" {
+		t.Fatalf("after reopening: %q %v, want the file", got, ok)
+	}
+}

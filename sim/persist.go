@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -46,6 +47,15 @@ type record struct {
 	// Reservation is an EC2 reservation with a client token, new or
 	// replacing the one of its token.
 	Reservation *reservation `json:"reservation,omitempty"`
+	// File is a file written on an instance's disk (WriteFile): only the
+	// file, not the whole instance again.
+	File *fileRecord `json:"file,omitempty"`
+}
+
+type fileRecord struct {
+	ID   string `json:"id"`
+	Path string `json:"path"`
+	Data []byte `json:"data"`
 }
 
 type config struct {
@@ -144,6 +154,14 @@ func readState(path string) (*state, error) {
 			delete(insts, rec.Del)
 		case rec.Config != nil:
 			st.Zones, st.Faults = rec.Config.Zones, rec.Config.Faults
+		case rec.File != nil:
+			if pi, ok := insts[rec.File.ID]; ok {
+				files := make(map[string][]byte, len(pi.Files)+1)
+				maps.Copy(files, pi.Files)
+				files[rec.File.Path] = rec.File.Data
+				pi.Files = files
+				insts[rec.File.ID] = pi
+			}
 		case rec.Reservation != nil:
 			r := *rec.Reservation
 			if _, ok := res[r.ClientToken]; !ok {
@@ -176,6 +194,12 @@ func readState(path string) (*state, error) {
 func (c *Cloud) logPut(inst *Instance) {
 	if c.file != "" {
 		c.logRecord(record{Put: &persistedInstance{Instance: *inst, Params: c.params[inst.ID], Files: c.files[inst.ID]}})
+	}
+}
+
+func (c *Cloud) logFile(id, path string, data []byte) {
+	if c.file != "" {
+		c.logRecord(record{File: &fileRecord{ID: id, Path: path, Data: data}})
 	}
 }
 
