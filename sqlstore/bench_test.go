@@ -71,7 +71,9 @@ func benchUpdateMachines(b *testing.B, backend string) {
 	for _, batch := range []int{1, 100, 1000} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
 			s, model := benchModel(b, backend)
-			ctx := context.Background()
+			// Cancellable, as a request's context is.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			ms, err := s.AddMachines(ctx, model, make([]muster.MachineTemplate, 1000))
 			if err != nil {
 				b.Fatal(err)

@@ -82,7 +82,7 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 	}
 	defer stmt.Close()
 	for i, e := range es {
-		if err := stmt.QueryRowContext(ctx, e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
+		if err := stmt.QueryRowContext(stmtCtx(ctx), e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
 			return nil, fmt.Errorf("append event: %w", err)
 		}
 		t.change(e.ModelUUID, muster.ChangeEvent, "")

@@ -88,7 +88,7 @@ func (s *Store) AddMachines(ctx context.Context, modelUUID string, ts []muster.M
 			m := &ms[i]
 			id := first + int64(i)
 			m.ID = formatID(id)
-			if _, err := stmt.ExecContext(ctx, modelUUID, id, string(m.Life), string(m.Status), m.Constraints.String(),
+			if _, err := stmt.ExecContext(stmtCtx(ctx), modelUUID, id, string(m.Life), string(m.Status), m.Constraints.String(),
 				m.Base, m.Group, m.Placement, storage[i], nanos(now), nanos(now)); err != nil {
 				return fmt.Errorf("add machine %s: %w", m.ID, err)
 			}
@@ -471,7 +471,7 @@ func (t *wtx) writeMachines(ctx context.Context, modelUUID string, ms []*muster.
 	}
 	defer upd.Close()
 	for _, r := range rows {
-		if _, err := upd.ExecContext(ctx, r.life, r.status, r.statusMsg, r.instStatus, r.instMsg, r.keep, r.instance,
+		if _, err := upd.ExecContext(stmtCtx(ctx), r.life, r.status, r.statusMsg, r.instStatus, r.instMsg, r.keep, r.instance,
 			r.launchToken, r.nonce, r.passwordHash, r.autoRetries, r.nextRetry, now, modelUUID, r.id); err != nil {
 			return fmt.Errorf("update machine %d: %w", r.id, err)
 		}
@@ -631,7 +631,7 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 				if err != nil {
 					return fmt.Errorf("encode instance of machine %s: %w", r.MachineID, err)
 				}
-				if _, err := repl.ExecContext(ctx, r.Info.InstanceID, string(b), string(muster.InstanceRunning), r.Nonce, r.PasswordHash,
+				if _, err := repl.ExecContext(stmtCtx(ctx), r.Info.InstanceID, string(b), string(muster.InstanceRunning), r.Nonce, r.PasswordHash,
 					string(muster.StatusPending), now, modelUUID, n); err != nil {
 					return fmt.Errorf("record instance of machine %s: %w", r.MachineID, err)
 				}
@@ -659,7 +659,7 @@ func (s *Store) RecordInstances(ctx context.Context, modelUUID string, rs []must
 			if err != nil {
 				return fmt.Errorf("encode instance of machine %s: %w", r.MachineID, err)
 			}
-			if _, err := upd.ExecContext(ctx, r.Info.InstanceID, string(b), string(muster.InstanceRunning), now, modelUUID, n); err != nil {
+			if _, err := upd.ExecContext(stmtCtx(ctx), r.Info.InstanceID, string(b), string(muster.InstanceRunning), now, modelUUID, n); err != nil {
 				return fmt.Errorf("record instance of machine %s: %w", r.MachineID, err)
 			}
 			st.instID = r.Info.InstanceID

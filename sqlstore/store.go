@@ -356,12 +356,20 @@ type wtx struct {
 	uncached map[string]bool // queries to prepare once the transaction is over
 }
 
+// stmtCtx is the context a write transaction's statements run with: the
+// caller's without its cancellation. A cancelled caller still ends the
+// transaction (database/sql rolls it back once the statement in progress
+// returns, and later statements fail), but no statement is interrupted
+// halfway, and the SQLite driver sets up no watcher goroutine for each of
+// the thousands of statements a busy controller runs a second.
+func stmtCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 func (t *wtx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	st, err := t.prepare(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(ctx, args...)
+	return st.ExecContext(stmtCtx(ctx), args...)
 }
 
 func (t *wtx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
@@ -369,9 +377,9 @@ func (t *wtx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	if err != nil {
 		// A Row carries its error only when made by database/sql; run the
 		// query unprepared to get one.
-		return t.tx.QueryRowContext(ctx, t.s.d.rebind(q), args...)
+		return t.tx.QueryRowContext(stmtCtx(ctx), t.s.d.rebind(q), args...)
 	}
-	return st.QueryRowContext(ctx, args...)
+	return st.QueryRowContext(stmtCtx(ctx), args...)
 }
 
 func (t *wtx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -379,7 +387,7 @@ func (t *wtx) query(ctx context.Context, q string, args ...any) (*sql.Rows, erro
 	if err != nil {
 		return nil, err
 	}
-	return st.QueryContext(ctx, args...)
+	return st.QueryContext(stmtCtx(ctx), args...)
 }
 
 // prepare returns q prepared for the transaction. Statements are prepared
@@ -538,7 +546,7 @@ func recordChangeRows(ctx context.Context, t *wtx, rev int64) error {
 	}
 	defer stmt.Close()
 	for _, c := range t.changes {
-		if _, err := stmt.ExecContext(ctx, rev, c.model, string(c.kind), c.key); err != nil {
+		if _, err := stmt.ExecContext(stmtCtx(ctx), rev, c.model, string(c.kind), c.key); err != nil {
 			return err
 		}
 	}
