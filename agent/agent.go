@@ -422,9 +422,13 @@ func (a *Agent) startedReport() api.AgentUpdate {
 }
 
 // firstHeartbeat draws the wait before a session's first heartbeat from
-// (0, period].
+// (period/2, period]: the login (or enrolment) that opened the session
+// counts as a beat, so agents that logged in together (a controller
+// restart, 10,000 booting at once) neither beat at once nor spend the
+// controller's busiest seconds beating.
 func firstHeartbeat(period time.Duration) time.Duration {
-	return 1 + rand.N(period)
+	half := period / 2
+	return half + 1 + rand.N(period-half)
 }
 
 // nextHeartbeat draws the wait between heartbeats from [0.9, 1] periods:

@@ -6,7 +6,7 @@ import (
 )
 
 // TestHeartbeatJitter: the first heartbeat of a session comes anywhere in
-// (0, period], later ones in [0.9, 1] periods, never later than the period
+// (period/2, period], later ones in [0.9, 1] periods, never later than the period
 // the controller counts missed beats by, and agents do not beat in step.
 func TestHeartbeatJitter(t *testing.T) {
 	const period = 10 * time.Second
@@ -15,7 +15,7 @@ func TestHeartbeatJitter(t *testing.T) {
 		draw     func(time.Duration) time.Duration
 		min, max time.Duration
 	}{
-		{"first", firstHeartbeat, 1, period},
+		{"first", firstHeartbeat, period/2 + 1, period},
 		{"next", nextHeartbeat, period * 9 / 10, period},
 	} {
 		seen := map[time.Duration]bool{}
