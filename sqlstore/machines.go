@@ -174,6 +174,7 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 	}
 	q := `SELECT ` + machineCols + ` FROM machines WHERE model_uuid = ?`
 	args := []any{modelUUID}
+	room := 0
 	if ids != nil {
 		nums := parseIDs(ids)
 		if len(nums) == 0 {
@@ -181,17 +182,14 @@ func (s *Store) Machines(ctx context.Context, modelUUID string, ids []string) ([
 		}
 		q += ` AND ` + s.d.inList("id")
 		args = append(args, s.d.listArg(nums))
+		room = len(nums) // at most: the provisioner re-reads thousands at once
 	}
-	return s.readMachines(ctx, q+` ORDER BY id`, args...)
+	return s.readMachinesN(ctx, room, q+` ORDER BY id`, args...)
 }
 
-// readMachines runs a query of machineCols and scans its rows.
-func (s *Store) readMachines(ctx context.Context, q string, args ...any) ([]muster.Machine, error) {
-	return s.readMachinesN(ctx, 0, q, args...)
-}
-
-// readMachinesN is readMachines with room for n machines made at once (a
-// page's size): a 1,000-machine page grown by appending copies 1 MB.
+// readMachinesN runs a query of machineCols and scans its rows, with room
+// for n machines made at once (a page's size, the ids asked for): a
+// 1,000-machine slice grown by appending copies 1 MB.
 func (s *Store) readMachinesN(ctx context.Context, n int, q string, args ...any) ([]muster.Machine, error) {
 	rows, err := s.query(ctx, q, args...)
 	if err != nil {
