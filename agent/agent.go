@@ -327,8 +327,9 @@ func (a *Agent) started(ctx context.Context, s session, life string) error {
 }
 
 // heartbeat beats until ctx ends or the session becomes invalid. The
-// first heartbeat comes anywhere in the first period, so agents that
-// logged in together (a controller restart) do not beat in step.
+// first heartbeat comes anywhere in the second half of the first period
+// (firstHeartbeat), so agents that logged in together (a controller
+// restart) do not beat in step.
 func (a *Agent) heartbeat(ctx context.Context, s session) error {
 	b := a.newBackoff()
 	wait := firstHeartbeat(s.period)
