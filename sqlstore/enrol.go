@@ -29,16 +29,16 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
+		lasts, err := t.lastEnrolments(ctx, modelUUID, parseIDs(machineIDs))
+		if err != nil {
+			return err
+		}
 		for _, id := range machineIDs {
 			n, ok := parseID(id)
 			if !ok {
 				continue
 			}
-			var last int64
-			if err := t.queryRow(ctx, `SELECT COALESCE(MAX(created), 0) FROM enrolments WHERE model_uuid = ? AND machine_id = ?`,
-				modelUUID, n).Scan(&last); err != nil {
-				return fmt.Errorf("read enrolments of machine %s: %w", id, err)
-			}
+			last := lasts[n]
 			// Only machines that exist: the foreign key would refuse others.
 			if _, err := t.exec(ctx, `INSERT INTO enrolments (model_uuid, machine_id, token_hash, handed_out, created)
 				SELECT model_uuid, id, ?, 0, ? FROM machines WHERE model_uuid = ? AND id = ?
@@ -60,6 +60,33 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 		}
 		return nil
 	})
+}
+
+// lastEnrolments returns when each of the machines got its newest
+// enrolment token, in one query for a batch; a machine without one is
+// not in the map.
+func (t *wtx) lastEnrolments(ctx context.Context, modelUUID string, nums []int64) (map[int64]int64, error) {
+	lasts := make(map[int64]int64, len(nums))
+	if len(nums) == 0 {
+		return lasts, nil
+	}
+	rows, err := t.query(ctx, `SELECT machine_id, MAX(created) FROM enrolments WHERE model_uuid = ? AND `+t.s.d.inList("machine_id")+
+		` GROUP BY machine_id`, modelUUID, t.s.d.listArg(nums))
+	if err != nil {
+		return nil, fmt.Errorf("read enrolments: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, last int64
+		if err := rows.Scan(&n, &last); err != nil {
+			return nil, fmt.Errorf("read enrolments: %w", err)
+		}
+		lasts[n] = last
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read enrolments: %w", err)
+	}
+	return lasts, nil
 }
 
 // Enrol implements muster.EnrolmentStore. The machines are locked in the
