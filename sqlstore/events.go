@@ -76,13 +76,20 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 	if t.s.d.arrays {
 		return seqs, appendEventArrays(ctx, t, es, times, seqs)
 	}
-	stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`)
+	// SQLite: seq is the rowid, so the insert's LastInsertId is the
+	// event's seq (an Exec, not a query: no Rows, and database/sql starts
+	// no goroutine for one, per event).
+	stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
 	}
 	defer stmt.Close()
 	for i, e := range es {
-		if err := stmt.QueryRowContext(stmtCtx(ctx), e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message).Scan(&seqs[i]); err != nil {
+		res, err := stmt.ExecContext(stmtCtx(ctx), e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message)
+		if err == nil {
+			seqs[i], err = res.LastInsertId()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("append event: %w", err)
 		}
 		t.change(e.ModelUUID, muster.ChangeEvent, "")
