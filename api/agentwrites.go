@@ -154,9 +154,11 @@ func (a *agentWrites) commitUpdates(model string, ws []agentWrite) []error {
 // the enrolments whose requests went away.
 func (a *agentWrites) commitEnrols(model string, ws []*enrolWrite) []error {
 	errs := make([]error, len(ws))
+	var live []int // of ws, in the store call's order
 	var es []muster.Enrolment
 	for i, w := range ws {
 		if errs[i] = w.ctx.Err(); errs[i] == nil {
+			live = append(live, i)
 			es = append(es, w.e)
 		}
 	}
@@ -164,17 +166,12 @@ func (a *agentWrites) commitEnrols(model string, ws []*enrolWrite) []error {
 		return errs
 	}
 	out, err := a.store.Enrol(context.Background(), model, es)
-	j := 0
-	for i, w := range ws {
-		if errs[i] != nil {
-			continue
-		}
+	for j, i := range live {
 		if err != nil {
 			errs[i] = err
-		} else {
-			w.m, errs[i] = out[j].Machine, out[j].Err
+			continue
 		}
-		j++
+		ws[i].m, errs[i] = out[j].Machine, out[j].Err
 	}
 	return errs
 }

@@ -147,10 +147,11 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 		sess, login := s.openSession(m, mc)
 		res.Session = &sess
 		evs = append(evs, login)
-		if report != nil {
-			ru, es := agentChange(m.UUID, *report, mc)
-			u, evs = &ru, append(evs, es...)
-		}
+	}
+	enrolEvents := len(evs) // without the report's
+	if res.Session != nil && report != nil {
+		ru, es := agentChange(m.UUID, *report, mc)
+		u, evs = &ru, append(evs, es...)
 	}
 	err = s.agentWrites.write(ctx, m.UUID, u, evs...)
 	if err != nil && u != nil && ctx.Err() == nil {
@@ -158,7 +159,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 		// reports on its own, and the enrolment's events go alone. (A
 		// write whose request went away is still committed.)
 		s.logger.Warn("enrolment report not applied", "model", m.Name, "machine", mc.ID, "err", err)
-		u, evs = nil, evs[:2]
+		u, evs = nil, evs[:enrolEvents]
 		err = s.agentWrites.write(ctx, m.UUID, nil, evs...)
 	}
 	if err != nil {
