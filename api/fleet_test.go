@@ -88,6 +88,7 @@ func FuzzParseFleet(f *testing.F) {
 	f.Add([]byte("groups:\n- name: web\n  count: 3\n  constraints: cores=2\n  storage: [data=1G]\n"))
 	f.Add([]byte("groups: [{name: a, count: 1}]"))
 	f.Add([]byte("{}"))
+	f.Add([]byte(`"": 1`)) // an empty key: yaml.v3 names the Go type
 	f.Add([]byte("groups:\n- name: g\n  unhealthy-after: 30s\n  max-unhealthy: 40%\n  max-in-flight: 2\n  registration-timeout: 0s\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fl, err := api.ParseFleet(data)
@@ -110,4 +111,15 @@ func FuzzParseFleet(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An empty key, in the file or in a group, is an unknown field in the
+// fleet file's words, not Go's.
+func TestParseFleetEmptyKey(t *testing.T) {
+	for _, in := range []string{`"": 1`, "groups:\n- name: a\n  \"\": 1\n", "{0\n\n0}0"} {
+		_, err := api.ParseFleet([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), `unknown field "`) || strings.Contains(err.Error(), "api.") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: got %v, want an unknown empty field in the fleet file's words", in, err)
+		}
+	}
 }

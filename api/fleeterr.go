@@ -7,8 +7,9 @@ import (
 )
 
 // unknownField matches yaml.v3's words for a key the type lacks, which
-// name the Go type ("field colour not found in type api.FleetGroup").
-var unknownField = regexp.MustCompile(`field (.+?) not found in type (\S+)`)
+// name the Go type ("field colour not found in type api.FleetGroup"); the
+// key may be empty or span lines (found by FuzzParseFleet).
+var unknownField = regexp.MustCompile(`(?s)field (.*?) not found in type (\S+)`)
 
 // fleetYAMLError is a YAML decoding error on one line, in the fleet
 // file's words rather than Go's.
