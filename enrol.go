@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,48 @@ type InstanceIdentity struct {
 	PrivateIP        string    `json:"privateIp"`
 }
 
+// identityCert is a parsed instance identity certificate and the
+// signature algorithm of its key.
+type identityCert struct {
+	pem  string
+	cert *x509.Certificate
+	algo x509.SignatureAlgorithm
+}
+
+// lastIdentityCert is the certificate parseIdentityCert parsed last: a
+// controller verifies thousands of documents with one cloud's
+// certificate, each parse as costly as a fifth of the verification.
+var lastIdentityCert atomic.Pointer[identityCert]
+
+// parseIdentityCert parses the PEM certificate cert (EInvalid when it is
+// not one, or of an unsupported key type).
+func parseIdentityCert(cert []byte) (*identityCert, error) {
+	if last := lastIdentityCert.Load(); last != nil && last.pem == string(cert) {
+		return last, nil
+	}
+	block, _ := pem.Decode(cert)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, Errorf(EInvalid, "instance identity certificate: no PEM certificate")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, Errorf(EInvalid, "instance identity certificate: %v", err)
+	}
+	ic := &identityCert{pem: string(cert), cert: c}
+	switch c.PublicKey.(type) {
+	case *rsa.PublicKey:
+		ic.algo = x509.SHA256WithRSA
+	case *ecdsa.PublicKey:
+		ic.algo = x509.ECDSAWithSHA256
+	case ed25519.PublicKey:
+		ic.algo = x509.PureEd25519
+	default:
+		return nil, Errorf(EInvalid, "instance identity certificate: unsupported key type %T", c.PublicKey)
+	}
+	lastIdentityCert.Store(ic)
+	return ic, nil
+}
+
 // maxIdentityDocument bounds an identity document; EC2's are under 1 KiB.
 const maxIdentityDocument = 4096
 
@@ -43,25 +86,11 @@ const maxIdentityDocument = 4096
 // returns the document. EUnauthorized for a bad signature or document,
 // EInvalid for a bad certificate.
 func VerifyIdentity(cert []byte, doc []byte, sig string) (InstanceIdentity, error) {
-	block, _ := pem.Decode(cert)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: no PEM certificate")
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
+	ic, err := parseIdentityCert(cert)
 	if err != nil {
-		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: %v", err)
+		return InstanceIdentity{}, err
 	}
-	var algo x509.SignatureAlgorithm
-	switch c.PublicKey.(type) {
-	case *rsa.PublicKey:
-		algo = x509.SHA256WithRSA
-	case *ecdsa.PublicKey:
-		algo = x509.ECDSAWithSHA256
-	case ed25519.PublicKey:
-		algo = x509.PureEd25519
-	default:
-		return InstanceIdentity{}, Errorf(EInvalid, "instance identity certificate: unsupported key type %T", c.PublicKey)
-	}
+	c, algo := ic.cert, ic.algo
 	if len(doc) == 0 || len(doc) > maxIdentityDocument {
 		return InstanceIdentity{}, Errorf(EUnauthorized, "instance identity document is empty or longer than %d bytes", maxIdentityDocument)
 	}
@@ -106,7 +135,8 @@ type EnrolmentStore interface {
 	// another's or the token not the machine's; EConflict when the
 	// credentials were handed out already (also by an earlier enrolment
 	// of es) or the machine is dead; EInvalid for an enrolment missing a
-	// field. err is the transaction's: then nothing changed.
+	// field, or whose Then returned an invalid update or events. err is
+	// the transaction's: then nothing changed.
 	Enrol(ctx context.Context, modelUUID string, es []Enrolment) (out []Enrolled, err error)
 }
 
@@ -116,9 +146,19 @@ type Enrolment struct {
 	InstanceID   string // from its verified identity document
 	Token        string // the batch's enrolment token
 	PasswordHash string // of the password to hand out
+	// Then, when set, is called with the machine (as read, before this
+	// enrolment) once the enrolment is granted, inside its transaction:
+	// the update it returns (nil for none; its ID is the machine's) and
+	// its events, which must be of the enrolment's model, are written in
+	// the same transaction, so an agent's enrolment and first report cost
+	// one write. Then may run more than once when the transaction is
+	// retried; an invalid update or event refuses the enrolment (EInvalid)
+	// before anything of it is written.
+	Then func(Machine) (*MachineUpdate, []Event)
 }
 
-// Enrolled is the outcome of one Enrolment: the machine, or Err.
+// Enrolled is the outcome of one Enrolment: the machine (with Then's
+// update applied), or Err.
 type Enrolled struct {
 	Machine Machine
 	Err     error

@@ -189,7 +189,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	if req.Nonce == "" || req.Nonce != mc.Nonce || !mc.HasInstance() || mc.Life == muster.LifeDead {
 		return muster.Errorf(muster.ENotProvisioned, "machine %s is not provisioned with this nonce", mc.ID)
 	}
-	res, login := s.openSession(m, mc)
+	res := s.openSession(m, mc)
+	login := loginEvent(m.UUID, mc.ID)
 	if err := s.agentWrites.write(ctx, m.UUID, nil, login); err != nil {
 		s.logger.Error("append events", "model", m.UUID, "kind", login.Kind, "err", err)
 	}
@@ -199,8 +200,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 
 // openSession starts a session for the agent of machine mc, which has
 // proved who it is (login, or enrolment), and returns what the agent
-// needs and the login event to write.
-func (s *Server) openSession(m muster.Model, mc muster.Machine) (LoginResult, muster.Event) {
+// needs; the caller writes the loginEvent.
+func (s *Server) openSession(m muster.Model, mc muster.Machine) LoginResult {
 	tok, hash := s.newSessionToken()
 	sess := &agentSession{
 		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
@@ -210,9 +211,13 @@ func (s *Server) openSession(m muster.Model, mc muster.Machine) (LoginResult, mu
 	s.hb.addSession(hash, sess)
 	s.hb.beat(sess)
 	s.hb.setLife(sess.modelUUID, mc.ID, mc.Life)
-	login := muster.Event{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "agent/" + mc.ID, Kind: "login",
-		Message: fmt.Sprintf("agent of machine %s logged in", mc.ID)}
-	return LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()}, login
+	return LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()}
+}
+
+// loginEvent is the event of a session opened for machine id's agent.
+func loginEvent(model, id string) muster.Event {
+	return muster.Event{ModelUUID: model, MachineID: id, Actor: "agent/" + id, Kind: "login",
+		Message: fmt.Sprintf("agent of machine %s logged in", id)}
 }
 
 // agentMachine checks that the request names the agent's own machine and

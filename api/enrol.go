@@ -125,9 +125,30 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 		return refuse(s.machineOrNone(ctx, m.UUID, req.Machine), muster.Errorf(muster.EUnauthorized, "enrolment refused: %s", muster.ErrorMessage(err)))
 	}
 	// The store checks the instance is the one recorded for the machine,
-	// and the token, in the transaction that hands out the credentials.
+	// and the token, in the transaction that hands out the credentials;
+	// the enrolment's events and the agent's first report are written in
+	// it too (then, called in that transaction, says what they are).
+	var session, reported bool
+	then := func(mc muster.Machine) (*muster.MachineUpdate, []muster.Event) {
+		evs := []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "enrol", Kind: "enrol",
+			Message: fmt.Sprintf("instance %s enrolled as machine %s", id.InstanceID, mc.ID)}}
+		// A machine that cannot have a session (dead, no instance) gets
+		// none, for the agent's login to say why.
+		session = mc.HasInstance() && mc.Life != muster.LifeDead
+		reported = session && report != nil
+		if !session {
+			return nil, evs
+		}
+		evs = append(evs, loginEvent(m.UUID, mc.ID))
+		if !reported {
+			return nil, evs
+		}
+		u, es := agentChange(m.UUID, *report, mc)
+		return &u, append(evs, es...)
+	}
 	password := muster.NewSecret()
-	mc, err := s.agentWrites.enrol(ctx, m.UUID, muster.Enrolment{MachineID: req.Machine, InstanceID: id.InstanceID, Token: req.Token, PasswordHash: muster.HashSecret(password)})
+	mc, err := s.agentWrites.enrol(ctx, m.UUID, muster.Enrolment{MachineID: req.Machine, InstanceID: id.InstanceID, Token: req.Token,
+		PasswordHash: muster.HashSecret(password), Then: then})
 	switch muster.ErrorCode(err) {
 	case "":
 	case muster.ENotFound:
@@ -137,35 +158,12 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return err
 	}
-	// Committed with other agents' writes (group commit): thousands of
-	// agents enrolling at once cost tens of transactions for their events.
-	evs := []muster.Event{{ModelUUID: m.UUID, MachineID: mc.ID, Actor: "enrol", Kind: "enrol",
-		Message: fmt.Sprintf("instance %s enrolled as machine %s", id.InstanceID, mc.ID)}}
 	res := EnrolResult{Machine: mc.ID, Nonce: mc.Nonce, Password: password}
-	var u *muster.MachineUpdate
-	if mc.HasInstance() && mc.Life != muster.LifeDead {
-		sess, login := s.openSession(m, mc)
+	if session {
+		sess := s.openSession(m, mc)
 		res.Session = &sess
-		evs = append(evs, login)
 	}
-	enrolEvents := len(evs) // without the report's
-	if res.Session != nil && report != nil {
-		ru, es := agentChange(m.UUID, *report, mc)
-		u, evs = &ru, append(evs, es...)
-	}
-	err = s.agentWrites.write(ctx, m.UUID, u, evs...)
-	if err != nil && u != nil && ctx.Err() == nil {
-		// The report failed (the machine removed meanwhile): the agent
-		// reports on its own, and the enrolment's events go alone. (A
-		// write whose request went away is still committed.)
-		s.logger.Warn("enrolment report not applied", "model", m.Name, "machine", mc.ID, "err", err)
-		u, evs = nil, evs[:enrolEvents]
-		err = s.agentWrites.write(ctx, m.UUID, nil, evs...)
-	}
-	if err != nil {
-		s.logger.Error("append events", "model", m.UUID, "kind", "enrol", "err", err)
-	}
-	if u != nil {
+	if reported {
 		res.Reported, res.Life = true, string(mc.Life)
 	}
 	writeJSON(w, http.StatusOK, res)

@@ -297,14 +297,18 @@ func (c *Cloud) save(force bool) error {
 		}
 		return c.writeSnapshot(append(b, '\n'))
 	}
-	var buf bytes.Buffer
+	size := 0
 	for _, b := range c.journal {
-		buf.Write(b)
+		size += len(b)
+	}
+	buf := make([]byte, 0, size)
+	for _, b := range c.journal {
+		buf = append(buf, b...)
 	}
 	n := len(c.journal)
 	c.journal = nil
 	c.mu.Unlock()
-	if _, err := c.w.out.Write(buf.Bytes()); err != nil {
+	if _, err := c.w.out.Write(buf); err != nil {
 		c.w.broken = true
 		return fmt.Errorf("sim: append to state file: %w", err)
 	}

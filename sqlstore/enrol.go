@@ -113,15 +113,35 @@ func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolme
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
-		now := s.clock.Now().UTC().UnixNano()
+		now := s.clock.Now().UTC()
+		// What the granted enrolments' Then returned: their machines get
+		// the updates in one write, their events in one insert.
+		reported := map[int64]*muster.Machine{}
+		var us []muster.MachineUpdate
+		var evs []muster.Event
 		for _, i := range order {
-			var err error
-			out[i], err = t.enrol(ctx, modelUUID, ids[i], es[i], now)
+			g, err := t.enrol(ctx, modelUUID, ids[i], es[i], now.UnixNano())
 			if err != nil {
 				return err
 			}
+			out[i] = g.out
+			if g.update != nil {
+				m := g.out.Machine
+				reported[ids[i]] = &m
+				us = append(us, *g.update)
+			}
+			evs = append(evs, g.events...)
 		}
-		return nil
+		if err := t.applyUpdates(ctx, modelUUID, reported, us); err != nil {
+			return err
+		}
+		for _, i := range order {
+			if m := reported[ids[i]]; m != nil && out[i].Err == nil {
+				out[i].Machine = *m
+			}
+		}
+		_, err := t.appendEvents(ctx, evs, now, map[string]bool{modelUUID: true})
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -129,13 +149,50 @@ func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolme
 	return out, nil
 }
 
+// granted is one enrolment's outcome in its transaction and, when its
+// Then returned them, the update and events still to write.
+type granted struct {
+	out    muster.Enrolled
+	update *muster.MachineUpdate
+	events []muster.Event
+}
+
+// callThen calls e.Then for machine m and checks what it returns; a
+// refusal is the error.
+func callThen(e muster.Enrolment, modelUUID string, m muster.Machine) (*muster.MachineUpdate, []muster.Event, error) {
+	if e.Then == nil {
+		return nil, nil, nil
+	}
+	u, evs := e.Then(m)
+	if u != nil {
+		v := *u
+		v.ID = m.ID
+		if err := checkUpdate(v); err != nil {
+			return nil, nil, err
+		}
+		if v.Constraints != nil || v.Base != nil {
+			return nil, nil, muster.Errorf(muster.EInvalid, "machine %s: an enrolment's update may not change the template", m.ID)
+		}
+		u = &v
+	}
+	if err := checkEvents(evs); err != nil {
+		return nil, nil, err
+	}
+	for _, ev := range evs {
+		if ev.ModelUUID != modelUUID {
+			return nil, nil, muster.Errorf(muster.EInvalid, "machine %s: an enrolment's event is of another model", m.ID)
+		}
+	}
+	return u, evs, nil
+}
+
 // enrol decides one enrolment of machine n in t: a refusal is the
 // outcome's Err, err a failed statement (the transaction's end).
-func (t *wtx) enrol(ctx context.Context, modelUUID string, n int64, e muster.Enrolment, now int64) (out muster.Enrolled, err error) {
+func (t *wtx) enrol(ctx context.Context, modelUUID string, n int64, e muster.Enrolment, now int64) (out granted, err error) {
 	m, err := scanMachine(t.queryRow(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+t.s.d.forUpdate,
 		modelUUID, n))
 	if errors.Is(err, sql.ErrNoRows) {
-		return muster.Enrolled{Err: muster.Errorf(muster.ENotFound, "no machine %q", e.MachineID)}, nil
+		return granted{out: muster.Enrolled{Err: muster.Errorf(muster.ENotFound, "no machine %q", e.MachineID)}}, nil
 	}
 	if err != nil {
 		return out, fmt.Errorf("read machine %s: %w", e.MachineID, err)
@@ -159,8 +216,8 @@ func (t *wtx) enrol(ctx context.Context, modelUUID string, n int64, e muster.Enr
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
 	}
-	refuse := func(code, format string, args ...any) (muster.Enrolled, error) {
-		return muster.Enrolled{Err: muster.Errorf(code, format, args...)}, nil
+	refuse := func(code, format string, args ...any) (granted, error) {
+		return granted{out: muster.Enrolled{Err: muster.Errorf(code, format, args...)}}, nil
 	}
 	if !matches {
 		return refuse(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
@@ -178,13 +235,20 @@ func (t *wtx) enrol(ctx context.Context, modelUUID string, n int64, e muster.Enr
 	if m.Life == muster.LifeDead {
 		return refuse(muster.EConflict, "machine %s is dead", m.ID)
 	}
+	u, evs, err := callThen(e, modelUUID, m)
+	if err != nil {
+		return granted{out: muster.Enrolled{Err: err}}, nil
+	}
 	if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 1 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
 		return out, fmt.Errorf("mark enrolment of machine %s: %w", m.ID, err)
 	}
-	if _, err := t.exec(ctx, `UPDATE machines SET password_hash = ?, updated = ? WHERE model_uuid = ? AND id = ?`,
-		e.PasswordHash, now, modelUUID, n); err != nil {
-		return out, fmt.Errorf("set password of machine %s: %w", m.ID, err)
-	}
 	m.PasswordHash = e.PasswordHash
-	return muster.Enrolled{Machine: m}, nil
+	if u == nil {
+		// Otherwise the update's write sets the password with the rest.
+		if _, err := t.exec(ctx, `UPDATE machines SET password_hash = ?, updated = ? WHERE model_uuid = ? AND id = ?`,
+			e.PasswordHash, now, modelUUID, n); err != nil {
+			return out, fmt.Errorf("set password of machine %s: %w", m.ID, err)
+		}
+	}
+	return granted{out: muster.Enrolled{Machine: m}, update: u, events: evs}, nil
 }

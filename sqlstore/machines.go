@@ -338,6 +338,12 @@ func (t *wtx) updateMachines(ctx context.Context, modelUUID string, us []muster.
 	if err != nil {
 		return err
 	}
+	return t.applyUpdates(ctx, modelUUID, current, us)
+}
+
+// applyUpdates applies us to the machines in current (read and locked in
+// t, by id) and writes them.
+func (t *wtx) applyUpdates(ctx context.Context, modelUUID string, current map[int64]*muster.Machine, us []muster.MachineUpdate) error {
 	var changed, templates []*muster.Machine
 	for _, u := range us {
 		n, _ := parseID(u.ID)

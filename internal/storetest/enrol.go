@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/musterhq/muster"
@@ -171,4 +173,107 @@ func testEnrolmentBatch(t *testing.T, h *harness) {
 	}
 	_, err = s.Enrol(ctx, "no-such-model", es[:1])
 	wantCode(t, "enrolments in an unknown model", err, muster.ENotFound)
+}
+
+// testEnrolmentThen: a granted enrolment's Then gets the machine as it
+// was, and its update and events are written in the enrolment's
+// transaction (the update's machine changed once, password included); a
+// refused enrolment's Then is not called; an invalid update or an event
+// of another model refuses the enrolment and writes nothing of it.
+func testEnrolmentThen(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	other := newModel(t, s, "other")
+	addMachines(t, s, m.UUID, 4)
+	const tok = "token-of-the-batch"
+	for i := 0; i < 4; i++ {
+		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i)), PasswordHash: muster.Ptr("old")})
+		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
+			Info: muster.InstanceInfo{InstanceID: "i-" + idOf(i)}}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+	}
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"0", "1", "2", "3"}, muster.HashSecret(tok)); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	called := map[string]muster.MachineStatus{}
+	then := func(u *muster.MachineUpdate, evs ...muster.Event) func(muster.Machine) (*muster.MachineUpdate, []muster.Event) {
+		return func(mc muster.Machine) (*muster.MachineUpdate, []muster.Event) {
+			mu.Lock()
+			called[mc.ID] = mc.Status
+			mu.Unlock()
+			return u, evs
+		}
+	}
+	started := muster.MachineUpdate{ID: "ignored", Status: muster.Ptr(muster.StatusStarted), StatusMessage: muster.Ptr("up")}
+	ev := func(model, id, kind string) muster.Event {
+		return muster.Event{ModelUUID: model, MachineID: id, Actor: "test", Kind: kind, Message: kind + " of " + id}
+	}
+	es := []muster.Enrolment{
+		{MachineID: "0", InstanceID: "i-0", Token: tok, PasswordHash: "h0", Then: then(&started, ev(m.UUID, "0", "then-0"))},
+		{MachineID: "1", InstanceID: "i-1", Token: tok, PasswordHash: "h1",
+			Then: then(&muster.MachineUpdate{Status: muster.Ptr(muster.MachineStatus("bogus"))}, ev(m.UUID, "1", "then-1"))},
+		{MachineID: "2", InstanceID: "i-2", Token: "forged", PasswordHash: "h2", Then: then(&started, ev(m.UUID, "2", "then-2"))},
+		{MachineID: "3", InstanceID: "i-3", Token: tok, PasswordHash: "h3", Then: then(nil, ev(other.UUID, "3", "then-3"))},
+		{MachineID: "0", InstanceID: "i-0", Token: tok, PasswordHash: "again", Then: then(nil, ev(m.UUID, "0", "replay"))},
+	}
+	out, err := s.Enrol(ctx, m.UUID, es)
+	if err != nil || len(out) != len(es) {
+		t.Fatalf("Enrol: %d outcomes, %v; want %d", len(out), err, len(es))
+	}
+	for i, want := range []string{"", muster.EInvalid, muster.EUnauthorized, muster.EInvalid, muster.EConflict} {
+		if got := muster.ErrorCode(out[i].Err); got != want {
+			t.Errorf("enrolment %d (machine %s): code %q (%v), want %q", i, es[i].MachineID, got, out[i].Err, want)
+		}
+	}
+	if got := out[0].Machine; got.Status != muster.StatusStarted || got.StatusMessage != "up" || got.PasswordHash != "h0" {
+		t.Errorf("enrolled machine 0: status %q (%q), hash %q; want the update applied", got.Status, got.StatusMessage, got.PasswordHash)
+	}
+	if st, ok := called["0"]; !ok || st == muster.StatusStarted {
+		t.Errorf("Then of machine 0: called %v with status %q, want called with the machine before the update", ok, st)
+	}
+	if _, ok := called["2"]; ok {
+		t.Error("Then called for a refused enrolment (forged token)")
+	}
+	for id, want := range map[string]string{"0": "h0", "1": "old", "2": "old", "3": "old"} {
+		mm, _ := s.Machine(ctx, m.UUID, id)
+		if mm.PasswordHash != want {
+			t.Errorf("machine %s password hash %q, want %q", id, mm.PasswordHash, want)
+		}
+		if id == "0" && mm.Status != muster.StatusStarted {
+			t.Errorf("machine 0 status %q, want started", mm.Status)
+		} else if id != "0" && mm.Status == muster.StatusStarted {
+			t.Errorf("machine %s started by a refused enrolment's update", id)
+		}
+	}
+	all, err := s.Events(ctx, m.UUID, muster.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range all {
+		kinds[e.Kind]++
+	}
+	if kinds["then-0"] != 1 || kinds["then-1"]+kinds["then-2"]+kinds["then-3"]+kinds["replay"] != 0 {
+		t.Errorf("events by kind %v: want then-0 once and none of the refused enrolments", kinds)
+	}
+	// One change: machine 0's, whose update was written (an enrolment
+	// without an update changes nothing a watcher sees).
+	if cs := watch(t, s, m.UUID, rev, muster.ChangeMachine).next(); !reflect.DeepEqual(cs.Machines, []string{"0"}) {
+		t.Errorf("changed machines %v, want [0]", cs.Machines)
+	}
+	// The refused ones left nothing behind: they enrol now.
+	if _, err := enrolOne(t, s, m.UUID, "1", "i-1", tok, "h1"); err != nil {
+		t.Errorf("machine 1 after its invalid update: %v", err)
+	}
+	if _, err := enrolOne(t, s, m.UUID, "3", "i-3", tok, "h3"); err != nil {
+		t.Errorf("machine 3 after its other model's event: %v", err)
+	}
 }

@@ -66,6 +66,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ControllerRegistry", testControllerRegistry},
 		{"Enrolment", testEnrolment},
 		{"EnrolmentBatch", testEnrolmentBatch},
+		{"EnrolmentThen", testEnrolmentThen},
 		{"CapacityBlocks", testCapacityBlocks},
 		{"ReleaseInstances", testReleaseInstances},
 	} {
