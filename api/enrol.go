@@ -64,6 +64,7 @@ func (s *Server) machineOrNone(ctx context.Context, model, id string) string {
 }
 
 func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
+	s.agentReqs.Add(1)
 	if err := s.enrol(w, r); err != nil {
 		s.fail(w, r, err)
 	}

@@ -233,4 +233,8 @@ func TestEnrolAppliesTheStartedReport(t *testing.T) {
 	if kinds["enrol"] != 1 || kinds["login"] != 1 || kinds["started"] != 1 {
 		t.Fatalf("events %v; want one enrol, login and started", kinds)
 	}
+	// Enrolments are agent requests: three refused, one granted.
+	if got := h.srv.AgentStats().Requests; got != 4 {
+		t.Fatalf("agent requests %d, want 4 enrolments", got)
+	}
 }

@@ -405,7 +405,7 @@ func (s *Server) agentOnly(h handlerFunc) http.Handler {
 
 // AgentStats counts what agents have cost the server since it was made.
 type AgentStats struct {
-	Requests        int64 // to the agent endpoints, logins included
+	Requests        int64 // to the agent endpoints, enrolments and logins included
 	HeartbeatWrites int64 // batches of heartbeats written (one transaction per model each)
 }
 

@@ -97,3 +97,56 @@ func benchUpdateMachines(b *testing.B, backend string) {
 		})
 	}
 }
+
+// BenchmarkEnrol enrols batches of 50 agents as the API does (a started
+// report and three events each, in the enrolment's transaction).
+func BenchmarkEnrol(b *testing.B) {
+	for _, be := range backends() {
+		b.Run(be, func(b *testing.B) { benchEnrol(b, be) })
+	}
+}
+
+func benchEnrol(b *testing.B, backend string) {
+	const batch = 50
+	s, model := benchModel(b, backend)
+	ctx := context.Background()
+	ts := make([]muster.MachineTemplate, batch)
+	then := func(m muster.Machine) (*muster.MachineUpdate, []muster.Event) {
+		ev := func(kind string) muster.Event {
+			return muster.Event{ModelUUID: model, MachineID: m.ID, Actor: "agent/" + m.ID, Kind: kind, Message: "machine " + m.ID + " " + kind}
+		}
+		return &muster.MachineUpdate{Status: muster.Ptr(muster.StatusStarted)}, []muster.Event{ev("enrol"), ev("login"), ev("started")}
+	}
+	for b.Loop() {
+		b.StopTimer()
+		ms, err := s.AddMachines(ctx, model, ts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]string, batch)
+		recs := make([]muster.InstanceRecord, batch)
+		es := make([]muster.Enrolment, batch)
+		for i, m := range ms {
+			ids[i] = m.ID
+			recs[i] = muster.InstanceRecord{MachineID: m.ID, Info: muster.InstanceInfo{InstanceID: "i-" + m.ID}}
+			es[i] = muster.Enrolment{MachineID: m.ID, InstanceID: "i-" + m.ID, Token: "tok", PasswordHash: "h", Then: then}
+		}
+		if _, err := s.RecordInstances(ctx, model, recs); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.SetEnrolment(ctx, model, ids, muster.HashSecret("tok")); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		out, err := s.Enrol(ctx, model, es)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range out {
+			if o.Err != nil {
+				b.Fatal(o.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/enrolment")
+}

@@ -2,10 +2,9 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -89,9 +88,11 @@ func (t *wtx) lastEnrolments(ctx context.Context, modelUUID string, nums []int64
 	return lasts, nil
 }
 
-// Enrol implements muster.EnrolmentStore. The machines are locked in the
-// order of their ids, whatever the order of es: two controllers' batches
-// cannot deadlock.
+// Enrol implements muster.EnrolmentStore. The batch's machines are read
+// and locked in one query, in the order of their ids whatever the order
+// of es (two controllers' batches cannot deadlock), and their tokens in
+// another; each enrolment is then decided on what was read and what the
+// batch's earlier enrolments did, and the outcomes written together.
 func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolment) ([]muster.Enrolled, error) {
 	out := make([]muster.Enrolled, len(es))
 	order := make([]int, 0, len(es))
@@ -109,39 +110,49 @@ func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolme
 		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return ids[order[a]] < ids[order[b]] })
+	nums := make([]int64, 0, len(order))
+	for _, i := range order {
+		if len(nums) == 0 || nums[len(nums)-1] != ids[i] {
+			nums = append(nums, ids[i])
+		}
+	}
 	err := s.write(ctx, func(t *wtx) error {
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
-		now := s.clock.Now().UTC()
-		// What the granted enrolments' Then returned: their machines get
-		// the updates in one write, their events in one insert.
-		reported := map[int64]*muster.Machine{}
-		var us []muster.MachineUpdate
-		var evs []muster.Event
-		for _, i := range order {
-			g, err := t.enrol(ctx, modelUUID, ids[i], es[i], now.UnixNano())
-			if err != nil {
-				return err
-			}
-			out[i] = g.out
-			if g.update != nil {
-				m := g.out.Machine
-				reported[ids[i]] = &m
-				us = append(us, *g.update)
-			}
-			evs = append(evs, g.events...)
+		ms, err := t.machinesForUpdate(ctx, modelUUID, nums)
+		if err != nil {
+			return err
 		}
-		if err := t.applyUpdates(ctx, modelUUID, reported, us); err != nil {
+		toks, err := t.enrolmentTokens(ctx, modelUUID, nums)
+		if err != nil {
+			return err
+		}
+		g := grants{reported: map[int64]*muster.Machine{}}
+		for _, i := range order {
+			n, e := ids[i], es[i]
+			m, ok := ms[n]
+			if !ok {
+				out[i] = muster.Enrolled{Err: muster.Errorf(muster.ENotFound, "no machine %q", e.MachineID)}
+				continue
+			}
+			out[i] = muster.Enrolled{Err: decideEnrolment(*m, toks[n], e)}
+			if out[i].Err == nil {
+				out[i].Err = g.grant(modelUUID, n, m, e)
+			}
+			if out[i].Err == nil {
+				toks[n].handedOut = true // a second enrolment of the batch is a replay
+			}
+		}
+		if err := g.write(ctx, t, modelUUID, s.clock.Now().UTC()); err != nil {
 			return err
 		}
 		for _, i := range order {
-			if m := reported[ids[i]]; m != nil && out[i].Err == nil {
-				out[i].Machine = *m
+			if out[i].Err == nil {
+				out[i].Machine = *ms[ids[i]]
 			}
 		}
-		_, err := t.appendEvents(ctx, evs, now, map[string]bool{modelUUID: true})
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -149,12 +160,116 @@ func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolme
 	return out, nil
 }
 
-// granted is one enrolment's outcome in its transaction and, when its
-// Then returned them, the update and events still to write.
-type granted struct {
-	out    muster.Enrolled
-	update *muster.MachineUpdate
-	events []muster.Event
+// grants collects what a batch's granted enrolments write.
+type grants struct {
+	handed   []int64                   // machines whose credentials are handed out
+	reported map[int64]*muster.Machine // those with an update (Then's), by id
+	us       []muster.MachineUpdate    // and the updates
+	plain    []*muster.Machine         // those without: only the password changes
+	events   []muster.Event
+}
+
+// grant grants enrolment e of machine m (number n), as read in the
+// transaction: m takes the new password hash, and Then's update and events
+// are kept for write. A refusal by Then is the error; then nothing is kept.
+func (g *grants) grant(modelUUID string, n int64, m *muster.Machine, e muster.Enrolment) error {
+	u, evs, err := callThen(e, modelUUID, *m)
+	if err != nil {
+		return err
+	}
+	g.handed = append(g.handed, n)
+	m.PasswordHash = e.PasswordHash
+	if u != nil {
+		g.reported[n] = m
+		g.us = append(g.us, *u)
+	} else {
+		g.plain = append(g.plain, m)
+	}
+	g.events = append(g.events, evs...)
+	return nil
+}
+
+// write writes the grants in t: the tokens marked handed out, the
+// machines with their updates (a change each) or only their passwords,
+// the events.
+func (g *grants) write(ctx context.Context, t *wtx, modelUUID string, now time.Time) error {
+	if len(g.handed) == 0 {
+		return nil
+	}
+	if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 1 WHERE model_uuid = ? AND `+t.s.d.inList("machine_id"),
+		modelUUID, t.s.d.listArg(g.handed)); err != nil {
+		return fmt.Errorf("mark enrolments: %w", err)
+	}
+	if err := t.applyUpdates(ctx, modelUUID, g.reported, g.us); err != nil {
+		return err
+	}
+	if err := t.writeMachines(ctx, modelUUID, g.plain, nanos(now)); err != nil {
+		return err
+	}
+	_, err := t.appendEvents(ctx, g.events, now, map[string]bool{modelUUID: true})
+	return err
+}
+
+// machineTokens are the enrolment tokens of one machine.
+type machineTokens struct {
+	hashes    []string
+	handedOut bool // the credentials were handed out with one of them
+}
+
+// enrolmentTokens reads the enrolment tokens of the machines nums.
+func (t *wtx) enrolmentTokens(ctx context.Context, modelUUID string, nums []int64) (map[int64]*machineTokens, error) {
+	out := make(map[int64]*machineTokens, len(nums))
+	for _, n := range nums {
+		out[n] = &machineTokens{}
+	}
+	if len(nums) == 0 {
+		return out, nil
+	}
+	rows, err := t.query(ctx, `SELECT machine_id, token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND `+t.s.d.inList("machine_id"),
+		modelUUID, t.s.d.listArg(nums))
+	if err != nil {
+		return nil, fmt.Errorf("read enrolments: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, handed int64
+		var hash string
+		if err := rows.Scan(&n, &hash, &handed); err != nil {
+			return nil, fmt.Errorf("read enrolments: %w", err)
+		}
+		if mt := out[n]; mt != nil {
+			mt.hashes = append(mt.hashes, hash)
+			mt.handedOut = mt.handedOut || handed != 0
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read enrolments: %w", err)
+	}
+	return out, nil
+}
+
+// decideEnrolment decides enrolment e of machine m with its tokens: nil
+// grants it, else the refusal.
+func decideEnrolment(m muster.Machine, toks *machineTokens, e muster.Enrolment) error {
+	matches := false
+	for _, h := range toks.hashes {
+		matches = matches || muster.SecretMatches(e.Token, h)
+	}
+	switch inst := m.InstanceID(); {
+	case !matches:
+		return muster.Errorf(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
+	case inst == "" && m.Life != muster.LifeDead && !toks.handedOut:
+		// A batch's instances are recorded after its start call
+		// returns: its agent tries again.
+		return muster.Errorf(muster.EUnavailable, "machine %s has no instance recorded yet", m.ID)
+	case inst != e.InstanceID:
+		return muster.Errorf(muster.EUnauthorized, "instance %s is not machine %s's", e.InstanceID, m.ID)
+	case toks.handedOut:
+		return muster.Errorf(muster.EConflict, "the credentials of machine %s were handed out already", m.ID)
+	case m.Life == muster.LifeDead:
+		return muster.Errorf(muster.EConflict, "machine %s is dead", m.ID)
+	}
+	return nil
 }
 
 // callThen calls e.Then for machine m and checks what it returns; a
@@ -184,71 +299,4 @@ func callThen(e muster.Enrolment, modelUUID string, m muster.Machine) (*muster.M
 		}
 	}
 	return u, evs, nil
-}
-
-// enrol decides one enrolment of machine n in t: a refusal is the
-// outcome's Err, err a failed statement (the transaction's end).
-func (t *wtx) enrol(ctx context.Context, modelUUID string, n int64, e muster.Enrolment, now int64) (out granted, err error) {
-	m, err := scanMachine(t.queryRow(ctx, `SELECT `+machineCols+` FROM machines WHERE model_uuid = ? AND id = ?`+t.s.d.forUpdate,
-		modelUUID, n))
-	if errors.Is(err, sql.ErrNoRows) {
-		return granted{out: muster.Enrolled{Err: muster.Errorf(muster.ENotFound, "no machine %q", e.MachineID)}}, nil
-	}
-	if err != nil {
-		return out, fmt.Errorf("read machine %s: %w", e.MachineID, err)
-	}
-	rows, err := t.query(ctx, `SELECT token_hash, handed_out FROM enrolments WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n)
-	if err != nil {
-		return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
-	}
-	var matches, handedOut bool
-	for rows.Next() {
-		var hash string
-		var handed int64
-		if err := rows.Scan(&hash, &handed); err != nil {
-			rows.Close()
-			return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
-		}
-		matches = matches || muster.SecretMatches(e.Token, hash)
-		handedOut = handedOut || handed != 0
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("read enrolments of machine %s: %w", m.ID, err)
-	}
-	refuse := func(code, format string, args ...any) (granted, error) {
-		return granted{out: muster.Enrolled{Err: muster.Errorf(code, format, args...)}}, nil
-	}
-	if !matches {
-		return refuse(muster.EUnauthorized, "the token is not an enrolment token of machine %s", m.ID)
-	}
-	if inst := m.InstanceID(); inst == "" && m.Life != muster.LifeDead && !handedOut {
-		// A batch's instances are recorded after its start call
-		// returns: its agent tries again.
-		return refuse(muster.EUnavailable, "machine %s has no instance recorded yet", m.ID)
-	} else if inst != e.InstanceID {
-		return refuse(muster.EUnauthorized, "instance %s is not machine %s's", e.InstanceID, m.ID)
-	}
-	if handedOut {
-		return refuse(muster.EConflict, "the credentials of machine %s were handed out already", m.ID)
-	}
-	if m.Life == muster.LifeDead {
-		return refuse(muster.EConflict, "machine %s is dead", m.ID)
-	}
-	u, evs, err := callThen(e, modelUUID, m)
-	if err != nil {
-		return granted{out: muster.Enrolled{Err: err}}, nil
-	}
-	if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 1 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
-		return out, fmt.Errorf("mark enrolment of machine %s: %w", m.ID, err)
-	}
-	m.PasswordHash = e.PasswordHash
-	if u == nil {
-		// Otherwise the update's write sets the password with the rest.
-		if _, err := t.exec(ctx, `UPDATE machines SET password_hash = ?, updated = ? WHERE model_uuid = ? AND id = ?`,
-			e.PasswordHash, now, modelUUID, n); err != nil {
-			return out, fmt.Errorf("set password of machine %s: %w", m.ID, err)
-		}
-	}
-	return granted{out: muster.Enrolled{Machine: m}, update: u, events: evs}, nil
 }

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/musterhq/muster"
@@ -76,25 +77,51 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 	if t.s.d.arrays {
 		return seqs, appendEventArrays(ctx, t, es, times, seqs)
 	}
-	// SQLite: seq is the rowid, so the insert's LastInsertId is the
-	// event's seq (an Exec, not a query: no Rows, and database/sql starts
-	// no goroutine for one, per event).
-	stmt, err := t.prepare(ctx, `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES (?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return nil, fmt.Errorf("append events: %w", err)
-	}
-	defer stmt.Close()
-	for i, e := range es {
-		res, err := stmt.ExecContext(stmtCtx(ctx), e.ModelUUID, e.MachineID, times[i], e.Actor, e.Kind, e.Message)
-		if err == nil {
-			seqs[i], err = res.LastInsertId()
+	// SQLite: seq is the rowid. Events go eventsPerInsert to a statement
+	// (the per-statement cost was most of an event's); the rows of one
+	// insert get consecutive rowids under the write lock, so the insert's
+	// LastInsertId is its last event's seq.
+	for i := 0; i < len(es); {
+		// The most a statement takes, or the largest power of two that
+		// is left: six statements cached, not one per length.
+		k := eventsPerInsert
+		for k > len(es)-i {
+			k /= 2
 		}
+		stmt, err := t.prepare(ctx, eventInsert(k))
 		if err != nil {
-			return nil, fmt.Errorf("append event: %w", err)
+			return nil, fmt.Errorf("append events: %w", err)
 		}
-		t.change(e.ModelUUID, muster.ChangeEvent, "")
+		args := make([]any, 0, 6*k)
+		for j, e := range es[i : i+k] {
+			args = append(args, e.ModelUUID, e.MachineID, times[i+j], e.Actor, e.Kind, e.Message)
+			t.change(e.ModelUUID, muster.ChangeEvent, "")
+		}
+		res, err := stmt.ExecContext(stmtCtx(ctx), args...)
+		var last int64
+		if err == nil {
+			last, err = res.LastInsertId()
+		}
+		stmt.Close()
+		if err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
+		for j := range k {
+			seqs[i+j] = last - int64(k-1-j)
+		}
+		i += k
 	}
 	return seqs, nil
+}
+
+// eventsPerInsert is how many events one SQLite insert writes at most
+// (a power of two).
+const eventsPerInsert = 32
+
+// eventInsert is the SQLite insert of k events.
+func eventInsert(k int) string {
+	return `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES ` +
+		strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?), `, k), ", ")
 }
 
 func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilter) ([]muster.Event, error) {

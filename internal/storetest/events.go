@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -201,5 +202,31 @@ func testEventsFollow(t *testing.T, h *harness) {
 	follow()
 	if got, want := len(seen), writers*appendsEach; got != want {
 		t.Fatalf("follower saw %d events, want %d: an event committed behind the follower's position", got, want)
+	}
+}
+
+// testEventsSeqs: the events of one append, however many, get the seqs
+// they are read back with, in order, message by message.
+func testEventsSeqs(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	for _, n := range []int{1, 3, 100} {
+		es := make([]muster.Event, n)
+		for i := range es {
+			es[i] = muster.Event{ModelUUID: m.UUID, Actor: "test", Kind: "k", Message: fmt.Sprintf("batch %d event %d", n, i)}
+		}
+		if err := s.AppendEvents(ctx, es); err != nil {
+			t.Fatalf("append %d events: %v", n, err)
+		}
+		got, err := s.Events(ctx, m.UUID, muster.EventFilter{AfterSeq: es[0].Seq - 1})
+		if err != nil || len(got) != n {
+			t.Fatalf("read back %d events: %d, %v", n, len(got), err)
+		}
+		for i := range es {
+			if es[i].Seq != got[i].Seq || es[i].Message != got[i].Message {
+				t.Fatalf("event %d of %d: appended as seq %d (%q), read back as seq %d (%q)", i, n, es[i].Seq, es[i].Message, got[i].Seq, got[i].Message)
+			}
+		}
 	}
 }

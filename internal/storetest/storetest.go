@@ -48,6 +48,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"RecordHeartbeats", testRecordHeartbeats},
 		{"Events", testEvents},
 		{"EventsFollow", testEventsFollow},
+		{"EventsSeqs", testEventsSeqs},
 		{"ControllerConfig", testControllerConfig},
 		{"WatchInitial", testWatchInitial},
 		{"WatchCoalesced", testWatchCoalesced},
