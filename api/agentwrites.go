@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/musterhq/muster"
 )
@@ -11,17 +12,30 @@ import (
 // an item that arrives while a commit runs waits for the next, which
 // takes every item queued by then, one commit call per model. A request
 // is still answered only once its item is committed, and an idle
-// controller adds no delay: the first item goes at once. Thousands of
-// agents writing at once cost the store's single writer tens of
+// controller adds no delay: the first item goes at once. In a burst, a
+// commit is followed by a short linger when few items wait, so that the
+// next batch is not one or two items (a commit's fixed cost, not its
+// items, was most of an enrolment's store time). Thousands of agents
+// writing at once cost the store's single writer hundreds of
 // transactions, not thousands.
 type groupCommit[T any] struct {
 	// commit commits one model's items and returns each one's outcome.
 	commit func(model string, items []T) []error
+	// linger waits for a burst's next items (lingerFor); tests replace it.
+	linger func()
 
 	mu      sync.Mutex
 	pending map[string][]queued[T] // by model
 	busy    bool                   // a committer runs
 }
+
+// lingerFor is how long a committer waits after a commit for the next
+// items of a burst, when fewer than lingerBelow wait: an item's added
+// latency, against a transaction per item or two.
+const (
+	lingerFor   = 2 * time.Millisecond
+	lingerBelow = 32
+)
 
 type queued[T any] struct {
 	item T
@@ -52,9 +66,17 @@ func (g *groupCommit[T]) do(ctx context.Context, model string, item T) error {
 	}
 }
 
-// run commits batches until none is queued.
+// run commits batches until none is queued. The first batch goes at
+// once; each later one after a linger when it is small.
 func (g *groupCommit[T]) run() {
-	for {
+	for first := true; ; first = false {
+		if !first && g.queued() < lingerBelow {
+			if g.linger != nil {
+				g.linger()
+			} else {
+				time.Sleep(lingerFor)
+			}
+		}
 		g.mu.Lock()
 		batch := g.pending
 		if len(batch) == 0 {
@@ -74,6 +96,17 @@ func (g *groupCommit[T]) run() {
 			}
 		}
 	}
+}
+
+// queued returns how many items wait.
+func (g *groupCommit[T]) queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, qs := range g.pending {
+		n += len(qs)
+	}
+	return n
 }
 
 // agentWrites group-commits what agents write: machine updates with their

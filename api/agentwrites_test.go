@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -191,5 +192,83 @@ func TestEnrolsGroupCommit(t *testing.T) {
 	}
 	if mc, err := enrol(ctx, "3", tok); err != nil || mc.ID != "3" {
 		t.Errorf("machine 3 enrolling again: %+v %v; want its credentials (never handed out)", mc, err)
+	}
+}
+
+// TestGroupCommitLingers: an idle committer commits the first item at
+// once; after a commit it lingers for the burst's next items when few
+// wait, and not when a batch's worth waits already.
+func TestGroupCommitLingers(t *testing.T) {
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) {
+		mu.Lock()
+		log = append(log, s)
+		mu.Unlock()
+	}
+	logged := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), log...)
+	}
+	hold := make(chan struct{})      // holds the first commit
+	lingering := make(chan struct{}) // the first linger began
+	release := make(chan struct{})   // ends the first linger
+	var lingers int
+	g := &groupCommit[int]{
+		commit: func(model string, items []int) []error {
+			note("commit " + strconv.Itoa(len(items)))
+			if len(logged()) == 1 {
+				<-hold
+			}
+			return make([]error, len(items))
+		},
+		linger: func() {
+			note("linger")
+			lingers++
+			if lingers == 1 {
+				close(lingering)
+				<-release
+			}
+		},
+	}
+	ctx := context.Background()
+	queue := func(n int) chan error {
+		errs := make(chan error, n)
+		for i := range n {
+			go func() { errs <- g.do(ctx, "m", i) }()
+		}
+		return errs
+	}
+	wait := func(errs chan error, n int) {
+		t.Helper()
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first := queue(1)
+	testutil.Eventually(t, "the first item committed at once", func() bool { return len(logged()) == 1 })
+	// A batch's worth queued behind the held commit goes without a linger.
+	big := queue(lingerBelow + 8)
+	testutil.Eventually(t, "items queued", func() bool { return g.queued() == lingerBelow+8 })
+	close(hold)
+	wait(first, 1)
+	wait(big, lingerBelow+8)
+	<-lingering
+	// A few items arriving while the committer lingers go together.
+	few := queue(5)
+	testutil.Eventually(t, "items queued", func() bool { return g.queued() == 5 })
+	close(release)
+	wait(few, 5)
+	testutil.Eventually(t, "the committer done", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return !g.busy
+	})
+	want := []string{"commit 1", "commit " + strconv.Itoa(lingerBelow+8), "linger", "commit 5", "linger"}
+	if got := logged(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("committer did %q, want %q", got, want)
 	}
 }
