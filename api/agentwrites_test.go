@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/internal/testutil"
@@ -243,8 +244,13 @@ func TestGroupCommitLingers(t *testing.T) {
 	wait := func(errs chan error, n int) {
 		t.Helper()
 		for range n {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
+			select {
+			case err := <-errs:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("items not committed; the committer did %q", logged())
 			}
 		}
 	}
@@ -256,7 +262,11 @@ func TestGroupCommitLingers(t *testing.T) {
 	close(hold)
 	wait(first, 1)
 	wait(big, lingerBelow+8)
-	<-lingering
+	select {
+	case <-lingering:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no linger after a commit; the committer did %q", logged())
+	}
 	// A few items arriving while the committer lingers go together.
 	few := queue(5)
 	testutil.Eventually(t, "items queued", func() bool { return g.queued() == 5 })
