@@ -141,6 +141,13 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 				return run, err
 			} else if k >= n {
 				run.InstancesSeconds = round3(time.Since(start).Seconds())
+				if simAgents {
+					stop, err := startTailProfile()
+					if err != nil {
+						return run, err
+					}
+					defer stop()
+				}
 			}
 		}
 		k, err := machineCount(c.Metrics(), want[0], want[1])
@@ -149,6 +156,9 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		}
 		if k >= n {
 			run.Seconds = round3(time.Since(start).Seconds())
+			if simAgents {
+				pprof.StopCPUProfile() // the tail's, if one runs
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -287,4 +297,29 @@ func writeHeapProfile() error {
 	}
 	defer f.Close()
 	return pprof.WriteHeapProfile(f)
+}
+
+// tailProfile is where --tailprofile writes a CPU profile of the agents
+// run's tail: from every instance running to every machine started, the
+// agents' own work ("" for none).
+var tailProfile string
+
+// startTailProfile starts the tail's CPU profile when asked for; stop
+// ends it (also after StopCPUProfile) and closes its file.
+func startTailProfile() (stop func(), err error) {
+	if tailProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(tailProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--tailprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -130,5 +132,35 @@ func TestLowerBounds(t *testing.T) {
 				t.Errorf("got %v, want %v", tt.got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAgentsJSON runs the agents scenario on a few machines: every
+// machine started by its simulated agent (one enrolment each, counted as
+// an agent request), no provisioner restart, and --tailprofile writes a
+// CPU profile of the agents run's tail.
+func TestAgentsJSON(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "tail.prof")
+	m := runJSON(t, "--scenario", "agents", "--machines", "40", "--steady", "0s", "--tailprofile", prof, "--json")
+	want := []string{"agents", "boot_delay_seconds", "machines", "no_agents", "peak_rss_mb", "ratio", "scenario"}
+	if got := keys(m); !slices.Equal(got, want) {
+		t.Fatalf("got keys %v, want %v", got, want)
+	}
+	agents := m["agents"].(map[string]any)
+	if got := agents["agent_requests"].(float64); got < 40 {
+		t.Errorf("got %v agent requests, want at least one enrolment per machine (40)", got)
+	}
+	if got := agents["provisioner_restarts"].(float64); got != 0 {
+		t.Errorf("got %v provisioner restarts, want 0", got)
+	}
+	if got := m["ratio"].(float64); got <= 0 {
+		t.Errorf("got ratio %v, want a positive number", got)
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--tailprofile wrote %d bytes, want a gzipped profile", len(b))
 	}
 }

@@ -68,6 +68,7 @@ func run(args []string, out, errOut io.Writer) error {
 	steady := fs.Duration("steady", 15*time.Second, "agents: how long to watch the heartbeats once every machine is started")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&heapProfile, "memprofile", "", "agents: write a heap profile to this file once every agent has started")
+	fs.StringVar(&tailProfile, "tailprofile", "", "agents: write a CPU profile of the agents run from every instance running to every machine started (not with --cpuprofile)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
