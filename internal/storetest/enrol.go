@@ -122,6 +122,26 @@ func enrolOne(t *testing.T, s muster.Store, model, machine, instance, token, pas
 	return out[0].Machine, out[0].Err
 }
 
+// batchOfFour adds machines 0–3 to model, started in one batch with
+// enrolment token tok: nonce nI, password hash "old", instance i-I
+// recorded.
+func batchOfFour(t *testing.T, s muster.Store, model, tok string) {
+	t.Helper()
+	ctx := ctxFor(t)
+	addMachines(t, s, model, 4)
+	for i := 0; i < 4; i++ {
+		update(t, s, model, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i)), PasswordHash: muster.Ptr("old")})
+		errs, err := s.RecordInstances(ctx, model, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
+			Info: muster.InstanceInfo{InstanceID: "i-" + idOf(i)}}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("record: %v %v", errs, err)
+		}
+	}
+	if err := s.SetEnrolment(ctx, model, []string{"0", "1", "2", "3"}, muster.HashSecret(tok)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // testEnrolmentBatch: enrolments decided in one transaction each get
 // their own outcome, whatever their order; a second enrolment of a
 // machine in the same batch is a replay; a refusal changes nothing while
@@ -130,19 +150,8 @@ func testEnrolmentBatch(t *testing.T, h *harness) {
 	ctx := ctxFor(t)
 	s := h.store(t)
 	m := newModel(t, s, "m")
-	addMachines(t, s, m.UUID, 4)
 	const tok = "token-of-the-batch"
-	for i := 0; i < 4; i++ {
-		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i)), PasswordHash: muster.Ptr("old")})
-		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
-			Info: muster.InstanceInfo{InstanceID: "i-" + idOf(i)}}})
-		if err != nil || errs[0] != nil {
-			t.Fatalf("record: %v %v", errs, err)
-		}
-	}
-	if err := s.SetEnrolment(ctx, m.UUID, []string{"0", "1", "2", "3"}, muster.HashSecret(tok)); err != nil {
-		t.Fatal(err)
-	}
+	batchOfFour(t, s, m.UUID, tok)
 	es := []muster.Enrolment{
 		{MachineID: "3", InstanceID: "i-3", Token: tok, PasswordHash: "h3"},
 		{MachineID: "1", InstanceID: "i-1", Token: "forged", PasswordHash: "h1"},
@@ -185,19 +194,8 @@ func testEnrolmentThen(t *testing.T, h *harness) {
 	s := h.store(t)
 	m := newModel(t, s, "m")
 	other := newModel(t, s, "other")
-	addMachines(t, s, m.UUID, 4)
 	const tok = "token-of-the-batch"
-	for i := 0; i < 4; i++ {
-		update(t, s, m.UUID, muster.MachineUpdate{ID: idOf(i), Nonce: muster.Ptr("n" + idOf(i)), PasswordHash: muster.Ptr("old")})
-		errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: idOf(i), Nonce: "n" + idOf(i),
-			Info: muster.InstanceInfo{InstanceID: "i-" + idOf(i)}}})
-		if err != nil || errs[0] != nil {
-			t.Fatalf("record: %v %v", errs, err)
-		}
-	}
-	if err := s.SetEnrolment(ctx, m.UUID, []string{"0", "1", "2", "3"}, muster.HashSecret(tok)); err != nil {
-		t.Fatal(err)
-	}
+	batchOfFour(t, s, m.UUID, tok)
 	rev, err := s.Revision(ctx)
 	if err != nil {
 		t.Fatal(err)
