@@ -131,6 +131,8 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		want = [2]string{"status", "started"}
 	}
 	deadline, nextStatus := start.Add(timeout), start
+	stopTail := func() {} // the tail's profile, once started
+	defer func() { stopTail() }()
 	for {
 		if time.Now().After(nextStatus) {
 			run.readStatus(ctx, cl)
@@ -142,11 +144,9 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 			} else if k >= n {
 				run.InstancesSeconds = round3(time.Since(start).Seconds())
 				if simAgents {
-					stop, err := startTailProfile()
-					if err != nil {
+					if stopTail, err = startTailProfile(); err != nil {
 						return run, err
 					}
-					defer stop()
 				}
 			}
 		}
@@ -156,9 +156,8 @@ func agentsRun(ctx context.Context, n int, simAgents bool, timeout, steady time.
 		}
 		if k >= n {
 			run.Seconds = round3(time.Since(start).Seconds())
-			if simAgents {
-				pprof.StopCPUProfile() // the tail's, if one runs
-			}
+			stopTail()
+			stopTail = func() {}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -305,7 +304,8 @@ func writeHeapProfile() error {
 var tailProfile string
 
 // startTailProfile starts the tail's CPU profile when asked for; stop
-// ends it (also after StopCPUProfile) and closes its file.
+// ends it and closes its file (without one asked for, stop does nothing:
+// a --cpuprofile of the whole run goes on).
 func startTailProfile() (stop func(), err error) {
 	if tailProfile == "" {
 		return func() {}, nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -162,5 +163,25 @@ func TestAgentsJSON(t *testing.T) {
 	}
 	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 		t.Errorf("--tailprofile wrote %d bytes, want a gzipped profile", len(b))
+	}
+}
+
+// TestTailProfileLeavesTheWholeRunsProfile: without --tailprofile, the
+// tail's stop does not end a CPU profile of the whole run (--cpuprofile).
+func TestTailProfileLeavesTheWholeRunsProfile(t *testing.T) {
+	if err := pprof.StartCPUProfile(io.Discard); err != nil {
+		t.Skipf("a CPU profile runs already: %v", err)
+	}
+	defer pprof.StopCPUProfile()
+	old := tailProfile
+	tailProfile = "" // no --tailprofile
+	defer func() { tailProfile = old }()
+	stop, err := startTailProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := pprof.StartCPUProfile(io.Discard); err == nil {
+		t.Fatal("the whole run's CPU profile was stopped by the tail's stop")
 	}
 }
