@@ -88,7 +88,7 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 		for k > len(es)-i {
 			k /= 2
 		}
-		stmt, err := t.prepare(ctx, eventInsert(k))
+		stmt, err := t.prepare(ctx, eventInserts[k])
 		if err != nil {
 			return nil, fmt.Errorf("append events: %w", err)
 		}
@@ -118,11 +118,16 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 // (a power of two).
 const eventsPerInsert = 32
 
-// eventInsert is the SQLite insert of k events.
-func eventInsert(k int) string {
-	return `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES ` +
-		strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?), `, k), ", ")
-}
+// eventInserts are the SQLite inserts of 1, 2, 4, … eventsPerInsert
+// events, by count: built once, not per statement.
+var eventInserts = func() map[int]string {
+	m := map[int]string{}
+	for k := 1; k <= eventsPerInsert; k *= 2 {
+		m[k] = `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES ` +
+			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?), `, k), ", ")
+	}
+	return m
+}()
 
 func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilter) ([]muster.Event, error) {
 	if f.Limit < 0 {
