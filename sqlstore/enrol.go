@@ -28,25 +28,39 @@ func (s *Store) SetEnrolment(ctx context.Context, modelUUID string, machineIDs [
 		if err := t.checkModel(ctx, modelUUID); err != nil {
 			return err
 		}
-		lasts, err := t.lastEnrolments(ctx, modelUUID, parseIDs(machineIDs))
+		nums := parseIDs(machineIDs)
+		lasts, err := t.lastEnrolments(ctx, modelUUID, nums)
 		if err != nil {
 			return err
 		}
-		for _, id := range machineIDs {
-			n, ok := parseID(id)
-			if !ok {
-				continue
+		// A machine's first token (every machine of a batch but a retried
+		// one's) goes in with the others' in one statement; only machines
+		// that exist: the foreign key would refuse others.
+		var firsts []int64
+		for _, n := range nums {
+			if lasts[n] == 0 {
+				firsts = append(firsts, n)
 			}
+		}
+		if len(firsts) > 0 {
+			if _, err := t.exec(ctx, `INSERT INTO enrolments (model_uuid, machine_id, token_hash, handed_out, created)
+				SELECT model_uuid, id, ?, 0, ? FROM machines WHERE model_uuid = ? AND `+t.s.d.inList("id")+`
+				ON CONFLICT (model_uuid, machine_id, token_hash) DO UPDATE SET created = excluded.created`,
+				tokenHash, now, modelUUID, t.s.d.listArg(firsts)); err != nil {
+				return fmt.Errorf("record enrolment of %d machines: %w", len(firsts), err)
+			}
+		}
+		for _, n := range nums {
 			last := lasts[n]
-			// Only machines that exist: the foreign key would refuse others.
+			if last == 0 {
+				continue // recorded above: nothing to reset or trim
+			}
+			id := formatID(n)
 			if _, err := t.exec(ctx, `INSERT INTO enrolments (model_uuid, machine_id, token_hash, handed_out, created)
 				SELECT model_uuid, id, ?, 0, ? FROM machines WHERE model_uuid = ? AND id = ?
 				ON CONFLICT (model_uuid, machine_id, token_hash) DO UPDATE SET created = excluded.created`,
 				tokenHash, max(now, last+1), modelUUID, n); err != nil {
 				return fmt.Errorf("record enrolment of machine %s: %w", id, err)
-			}
-			if last == 0 {
-				continue // the machine's first: nothing to reset or trim
 			}
 			if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 0 WHERE model_uuid = ? AND machine_id = ?`, modelUUID, n); err != nil {
 				return fmt.Errorf("record enrolment of machine %s: %w", id, err)

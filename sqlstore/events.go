@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/musterhq/muster"
@@ -81,35 +80,32 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 	// (the per-statement cost was most of an event's); the rows of one
 	// insert get consecutive rowids under the write lock, so the insert's
 	// LastInsertId is its last event's seq.
-	for i := 0; i < len(es); {
-		// The most a statement takes, or the largest power of two that
-		// is left: six statements cached, not one per length.
-		k := eventsPerInsert
-		for k > len(es)-i {
-			k /= 2
-		}
+	err := powerChunks(len(es), eventsPerInsert, func(i, k int) error {
 		stmt, err := t.prepare(ctx, eventInserts[k])
 		if err != nil {
-			return nil, fmt.Errorf("append events: %w", err)
+			return err
 		}
+		defer stmt.Close()
 		args := make([]any, 0, 6*k)
 		for j, e := range es[i : i+k] {
 			args = append(args, e.ModelUUID, e.MachineID, times[i+j], e.Actor, e.Kind, e.Message)
 			t.change(e.ModelUUID, muster.ChangeEvent, "")
 		}
 		res, err := stmt.ExecContext(stmtCtx(ctx), args...)
-		var last int64
-		if err == nil {
-			last, err = res.LastInsertId()
-		}
-		stmt.Close()
 		if err != nil {
-			return nil, fmt.Errorf("append events: %w", err)
+			return err
+		}
+		last, err := res.LastInsertId()
+		if err != nil {
+			return err
 		}
 		for j := range k {
 			seqs[i+j] = last - int64(k-1-j)
 		}
-		i += k
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append events: %w", err)
 	}
 	return seqs, nil
 }
@@ -119,15 +115,8 @@ func (t *wtx) appendEvents(ctx context.Context, es []muster.Event, now time.Time
 const eventsPerInsert = 32
 
 // eventInserts are the SQLite inserts of 1, 2, 4, … eventsPerInsert
-// events, by count: built once, not per statement.
-var eventInserts = func() map[int]string {
-	m := map[int]string{}
-	for k := 1; k <= eventsPerInsert; k *= 2 {
-		m[k] = `INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES ` +
-			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?), `, k), ", ")
-	}
-	return m
-}()
+// events, by count.
+var eventInserts = multiRowInserts(`INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES `, 6, eventsPerInsert)
 
 func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilter) ([]muster.Event, error) {
 	if f.Limit < 0 {

@@ -106,39 +106,58 @@ const machineCols = `model_uuid, id, life, status, status_message, instance_stat
 	constraints, base, grp, placement, storage, keep_instance, instance, launch_token, nonce,
 	password_hash, auto_retries, next_retry, created, updated, last_seen`
 
-func scanMachine(sc interface{ Scan(...any) error }) (muster.Machine, error) {
-	var m muster.Machine
-	var id, keep, nextRetry, created, updated, lastSeen int64
-	var life, status, istatus, cons, storage, inst string
-	err := sc.Scan(&m.ModelUUID, &id, &life, &status, &m.StatusMessage, &istatus, &m.InstanceMessage,
-		&cons, &m.Base, &m.Group, &m.Placement, &storage, &keep, &inst, &m.LaunchToken, &m.Nonce,
-		&m.PasswordHash, &m.AutoRetries, &nextRetry, &created, &updated, &lastSeen)
-	if err != nil {
-		return m, err
+// machineScan reads rows of machineCols. Its destinations, and the Scan
+// arguments that point at them, are made once for a query rather than
+// once for each row: a row's were most of what reading a machine
+// allocated.
+type machineScan struct {
+	m                                               muster.Machine
+	id, keep, nextRetry, created, updated, lastSeen int64
+	life, status, istatus, cons, storage, inst      string
+	args                                            []any
+}
+
+func newMachineScan() *machineScan {
+	s := &machineScan{}
+	m := &s.m
+	s.args = []any{&m.ModelUUID, &s.id, &s.life, &s.status, &m.StatusMessage, &s.istatus, &m.InstanceMessage,
+		&s.cons, &m.Base, &m.Group, &m.Placement, &s.storage, &s.keep, &s.inst, &m.LaunchToken, &m.Nonce,
+		&m.PasswordHash, &m.AutoRetries, &s.nextRetry, &s.created, &s.updated, &s.lastSeen}
+	return s
+}
+
+// scan reads the current row into *out.
+func (s *machineScan) scan(sc interface{ Scan(...any) error }, out *muster.Machine) error {
+	s.m = muster.Machine{}
+	if err := sc.Scan(s.args...); err != nil {
+		return err
 	}
-	m.ID = formatID(id)
-	m.Life = muster.Life(life)
-	m.Status = muster.MachineStatus(status)
-	m.InstanceStatus = muster.InstanceStatus(istatus)
-	m.KeepInstance = keep != 0
-	m.NextRetry = fromNanos(nextRetry)
-	m.Created = fromNanos(created)
-	m.Updated = fromNanos(updated)
-	m.LastSeen = fromNanos(lastSeen)
-	if m.Constraints, err = muster.ParseConstraints(cons); err != nil {
-		return m, fmt.Errorf("decode constraints of machine %s: %w", m.ID, err)
+	m := &s.m
+	m.ID = formatID(s.id)
+	m.Life = muster.Life(s.life)
+	m.Status = muster.MachineStatus(s.status)
+	m.InstanceStatus = muster.InstanceStatus(s.istatus)
+	m.KeepInstance = s.keep != 0
+	m.NextRetry = fromNanos(s.nextRetry)
+	m.Created = fromNanos(s.created)
+	m.Updated = fromNanos(s.updated)
+	m.LastSeen = fromNanos(s.lastSeen)
+	var err error
+	if m.Constraints, err = muster.ParseConstraints(s.cons); err != nil {
+		return fmt.Errorf("decode constraints of machine %s: %w", m.ID, err)
 	}
-	if storage != "" {
-		if err := json.Unmarshal([]byte(storage), &m.Storage); err != nil {
-			return m, fmt.Errorf("decode storage of machine %s: %w", m.ID, err)
+	if s.storage != "" {
+		if err := json.Unmarshal([]byte(s.storage), &m.Storage); err != nil {
+			return fmt.Errorf("decode storage of machine %s: %w", m.ID, err)
 		}
 	}
-	if inst != "" {
-		if m.Instance, err = decodeInstance(inst); err != nil {
-			return m, fmt.Errorf("decode instance of machine %s: %w", m.ID, err)
+	if s.inst != "" {
+		if m.Instance, err = decodeInstance(s.inst); err != nil {
+			return fmt.Errorf("decode instance of machine %s: %w", m.ID, err)
 		}
 	}
-	return m, nil
+	*out = s.m
+	return nil
 }
 
 // Machine returns one machine.
@@ -149,7 +168,8 @@ func (s *Store) Machine(ctx context.Context, modelUUID, id string) (muster.Machi
 	n, ok := parseID(id)
 	if ok {
 		row := s.queryRow(ctx, (`SELECT ` + machineCols + ` FROM machines WHERE model_uuid = ? AND id = ?`), modelUUID, n)
-		m, err := scanMachine(row)
+		var m muster.Machine
+		err := newMachineScan().scan(row, &m)
 		if err == nil {
 			return m, nil
 		}
@@ -197,12 +217,12 @@ func (s *Store) readMachinesN(ctx context.Context, n int, q string, args ...any)
 	}
 	defer rows.Close()
 	ms := make([]muster.Machine, 0, n)
+	sc := newMachineScan()
 	for rows.Next() {
-		m, err := scanMachine(rows)
-		if err != nil {
+		ms = append(ms, muster.Machine{})
+		if err := sc.scan(rows, &ms[len(ms)-1]); err != nil {
 			return nil, fmt.Errorf("read machines: %w", err)
 		}
-		ms = append(ms, m)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read machines: %w", err)
@@ -391,13 +411,13 @@ func (t *wtx) machinesForUpdate(ctx context.Context, modelUUID string, nums []in
 		return nil, fmt.Errorf("read machines: %w", err)
 	}
 	defer rows.Close()
+	sc := newMachineScan()
 	for rows.Next() {
-		m, err := scanMachine(rows)
-		if err != nil {
+		m := new(muster.Machine)
+		if err := sc.scan(rows, m); err != nil {
 			return nil, fmt.Errorf("read machines: %w", err)
 		}
-		n, _ := parseID(m.ID)
-		out[n] = &m
+		out[sc.id] = m
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read machines: %w", err)

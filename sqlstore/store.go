@@ -538,17 +538,58 @@ func (s *Store) writeOnce(ctx context.Context, fn func(t *wtx) error) error {
 	return nil
 }
 
-// recordChangeRows writes t's changes under rev one row at a time.
+// recordChangeRows writes t's changes under rev, changesPerInsert to a
+// statement.
 func recordChangeRows(ctx context.Context, t *wtx, rev int64) error {
-	stmt, err := t.prepare(ctx, `INSERT INTO changes (revision, model_uuid, kind, key) VALUES (?, ?, ?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, c := range t.changes {
-		if _, err := stmt.ExecContext(stmtCtx(ctx), rev, c.model, string(c.kind), c.key); err != nil {
+	return powerChunks(len(t.changes), changesPerInsert, func(i, k int) error {
+		stmt, err := t.prepare(ctx, changeInserts[k])
+		if err != nil {
 			return err
 		}
+		defer stmt.Close()
+		args := make([]any, 0, 4*k)
+		for _, c := range t.changes[i : i+k] {
+			args = append(args, rev, c.model, string(c.kind), c.key)
+		}
+		_, err = stmt.ExecContext(stmtCtx(ctx), args...)
+		return err
+	})
+}
+
+// changesPerInsert is how many change rows one SQLite insert writes at
+// most (a power of two).
+const changesPerInsert = 64
+
+// changeInserts are the SQLite inserts of 1, 2, 4, … changesPerInsert
+// change rows, by count.
+var changeInserts = multiRowInserts(`INSERT INTO changes (revision, model_uuid, kind, key) VALUES `, 4, changesPerInsert)
+
+// multiRowInserts returns head followed by 1, 2, 4, … most rows of cols
+// placeholders each, by row count: built once, not per statement.
+func multiRowInserts(head string, cols, most int) map[int]string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
+	m := map[int]string{}
+	for k := 1; k <= most; k *= 2 {
+		m[k] = head + strings.TrimSuffix(strings.Repeat(row+", ", k), ", ")
+	}
+	return m
+}
+
+// powerChunks calls fn(i, k) for consecutive chunks [i, i+k) of n items:
+// chunks of most (a power of two) while they fit, then the largest powers
+// of two left, so that a store caches one statement per chunk size (at
+// most log2(most)+1), not one per length. The per-statement cost of a
+// SQLite insert is most of a small row's.
+func powerChunks(n, most int, fn func(i, k int) error) error {
+	for i := 0; i < n; {
+		k := most
+		for k > n-i {
+			k /= 2
+		}
+		if err := fn(i, k); err != nil {
+			return err
+		}
+		i += k
 	}
 	return nil
 }

@@ -99,6 +99,17 @@ func testEnrolment(t *testing.T, h *harness) {
 	if _, err := enrol("i-1", "later-0"); err != nil {
 		t.Fatalf("enrol with a recent token: %v", err)
 	}
+	// A batch of a machine with earlier tokens and one with none hands
+	// out both machines' credentials.
+	const tokC = "token-of-batch-c"
+	if err := s.SetEnrolment(ctx, m.UUID, []string{"3", "1"}, muster.HashSecret(tokC)); err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range []string{"i-1", "i-3"} {
+		if _, err := enrol(inst, tokC); err != nil {
+			t.Fatalf("enrol %s in a batch of a new and an enrolled machine: %v", inst, err)
+		}
+	}
 	// The enrolment goes with its machine.
 	if err := s.RemoveMachines(ctx, m.UUID, []string{"0"}); err != nil {
 		t.Fatalf("remove: %v", err)

@@ -106,3 +106,49 @@ func testRecordHeartbeats(t *testing.T, h *harness) {
 		t.Errorf("unknown model: got %v, want not-found", err)
 	}
 }
+
+// testMachinesReadTogether: machines read in one list each carry their
+// own row's fields, never those of the machine read before them (a
+// storage, an instance, constraints), whichever read they come from.
+func testMachinesReadTogether(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	full := muster.MachineTemplate{
+		Constraints: muster.MustParseConstraints("cores=4 zones=a"),
+		Storage:     []muster.StorageDirective{{Name: "data", Size: 1024}},
+	}
+	if _, err := s.AddMachines(ctx, m.UUID, []muster.MachineTemplate{full, {}, full, {}}); err != nil {
+		t.Fatalf("add machines: %v", err)
+	}
+	update(t, s, m.UUID, muster.MachineUpdate{ID: "0", Nonce: muster.Ptr("n0")})
+	errs, err := s.RecordInstances(ctx, m.UUID, []muster.InstanceRecord{{MachineID: "0", Nonce: "n0",
+		Info: muster.InstanceInfo{InstanceID: "i-0", Addresses: []string{"10.0.0.1"}}}})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("record instance: %v %v", errs, err)
+	}
+	one := make([]muster.Machine, 4)
+	for i := range one {
+		one[i] = machine(t, s, m.UUID, idOf(i))
+	}
+	if one[1].Instance != nil || one[1].Storage != nil || one[1].Constraints.String() != "" {
+		t.Fatalf("machine 1 read alone: got %+v, want no instance, storage or constraints", one[1])
+	}
+	all, err := s.Machines(ctx, m.UUID, nil)
+	if err != nil {
+		t.Fatalf("machines: %v", err)
+	}
+	some, err := s.Machines(ctx, m.UUID, []string{"0", "1", "2", "3"})
+	if err != nil {
+		t.Fatalf("machines by id: %v", err)
+	}
+	page, err := s.MachinesPage(ctx, m.UUID, "", 10)
+	if err != nil {
+		t.Fatalf("machines page: %v", err)
+	}
+	for name, got := range map[string][]muster.Machine{"all": all, "by id": some, "page": page} {
+		if !reflect.DeepEqual(got, one) {
+			t.Errorf("machines read together (%s) differ from machines read one at a time:\n%+v\n%+v", name, got, one)
+		}
+	}
+}

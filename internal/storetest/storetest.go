@@ -44,7 +44,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"RemoveMachines", testRemoveMachines},
 		{"ProvisioningInfo", testProvisioningInfo},
 		{"DistributionGroups", testDistributionGroups},
-		{"MachinesPage", testMachinesPage},
+		{"MachinesPage", testMachinesPage}, {"MachinesReadTogether", testMachinesReadTogether},
 		{"RecordHeartbeats", testRecordHeartbeats},
 		{"Events", testEvents},
 		{"EventsFollow", testEventsFollow},
