@@ -117,18 +117,20 @@ func (s *Server) streamStatus(w http.ResponseWriter, r *http.Request, m muster.M
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := json.NewEncoder(bw) // each value ends in a newline, which JSON allows
-	bw.WriteString(`{"machines":{`)
+	b := append(make([]byte, 0, 4<<10), `{"machines":{`...)
 	written, last := 0, ""
 	for len(page) > 0 {
 		for _, mc := range page {
 			if written > 0 {
-				bw.WriteByte(',')
+				b = append(b, ',')
 			}
-			enc.Encode(mc.ID)
-			bw.WriteByte(':')
-			enc.Encode(machineStatus(mc))
+			b = appendJSONString(b, mc.ID)
+			b = appendMachineJSON(append(b, ':'), machineStatus(mc), compact)
 			written++
+			if len(b) > 3<<10 {
+				bw.Write(b)
+				b = b[:0]
+			}
 		}
 		last = page[len(page)-1].ID
 		if len(page) < chunk || (limit > 0 && written >= limit) {
@@ -151,12 +153,13 @@ func (s *Server) streamStatus(w http.ResponseWriter, r *http.Request, m muster.M
 		}
 		head.Next = &next
 	}
-	b, err := json.Marshal(head)
+	hb, err := json.Marshal(head)
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
+	bw.Write(b)
 	bw.WriteString("},")
-	bw.Write(b[1:]) // the head's fields and its closing brace
+	bw.Write(hb[1:]) // the head's fields and its closing brace
 	bw.WriteByte('\n')
 	return bw.Flush()
 }

@@ -36,7 +36,7 @@ func WriteStatusJSON(w io.Writer, st Status) error {
 		b = append(b, "\n    "...)
 		b = appendJSONString(b, id)
 		b = append(b, ": "...)
-		b = appendMachineJSON(b, st.Machines[id])
+		b = appendMachineJSON(b, st.Machines[id], indented)
 		if len(b) > 32<<10 {
 			bw.Write(b)
 			b = b[:0]
@@ -59,10 +59,23 @@ func WriteStatusJSON(w io.Writer, st Status) error {
 	return bw.Flush()
 }
 
-// appendMachineJSON appends m as WriteJSON indents it two levels deep.
-func appendMachineJSON(b []byte, m MachineStatus) []byte {
+// jsonLayout is how appendMachineJSON lays a machine out: the text
+// before a key, between a key and its value, before an address, after
+// the last address and at the end.
+type jsonLayout struct{ key, colon, item, lastItem, end string }
+
+var (
+	// indented is WriteJSON's layout two levels deep (the CLI's).
+	indented = jsonLayout{key: "\n      \"", colon: "\": ", item: "\n        ", lastItem: "\n      ", end: "\n    }"}
+	// compact is encoding/json's (the server's stream).
+	compact = jsonLayout{key: "\"", colon: "\":", end: "}"}
+)
+
+// appendMachineJSON appends m in layout l, as encoding/json writes it
+// (addresses as [] when there are none).
+func appendMachineJSON(b []byte, m MachineStatus, l jsonLayout) []byte {
 	field := func(b []byte, key string) []byte {
-		return append(append(append(b, "\n      \""...), key...), "\": "...)
+		return append(append(append(b, l.key...), key...), l.colon...)
 	}
 	b = append(b, '{')
 	for i, kv := range [...]struct{ k, v string }{
@@ -80,13 +93,13 @@ func appendMachineJSON(b []byte, m MachineStatus) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(append(b, "\n        "...), a)
+		b = appendJSONString(append(b, l.item...), a)
 	}
 	if len(m.Addresses) > 0 {
-		b = append(b, "\n      "...)
+		b = append(b, l.lastItem...)
 	}
 	b = append(field(append(b, "],"...), "keep-instance"), strconv.FormatBool(m.KeepInstance)...)
-	return append(b, "\n    }"...)
+	return append(b, l.end...)
 }
 
 // appendJSONString appends s quoted as encoding/json quotes it (HTML

@@ -2,13 +2,27 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 )
 
 // checkStatusJSON fails unless WriteStatusJSON writes exactly what
-// WriteJSON writes of st.Script().
+// WriteJSON writes of st.Script(), and the server's compact machines are
+// what encoding/json writes.
 func checkStatusJSON(t *testing.T, st Status) {
 	t.Helper()
+	for id, m := range st.Machines {
+		if m.Addresses == nil {
+			m.Addresses = []string{} // as machineStatus makes them
+		}
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMachineJSON(nil, m, compact); !bytes.Equal(got, want) {
+			t.Fatalf("machine %q in the compact layout:\n%s\nwant (encoding/json)\n%s", id, got, want)
+		}
+	}
 	var want, got bytes.Buffer
 	if err := WriteJSON(&want, st.Script()); err != nil {
 		t.Fatal(err)
