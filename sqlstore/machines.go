@@ -487,21 +487,44 @@ func (t *wtx) writeMachines(ctx context.Context, modelUUID string, ms []*muster.
 		}
 		return nil
 	}
-	upd, err := t.prepare(ctx, `UPDATE machines SET life = ?, status = ?, status_message = ?, instance_status = ?,
-		instance_message = ?, keep_instance = ?, instance = ?, launch_token = ?, nonce = ?, password_hash = ?,
-		auto_retries = ?, next_retry = ?, updated = ? WHERE model_uuid = ? AND id = ?`)
+	err := powerChunks(len(rows), machinesPerUpdate, func(i, k int) error {
+		upd, err := t.prepare(ctx, machineUpdates[k])
+		if err != nil {
+			return err
+		}
+		defer upd.Close()
+		args := make([]any, 0, 13*k+2)
+		for _, r := range rows[i : i+k] {
+			args = append(args, r.id, r.life, r.status, r.statusMsg, r.instStatus, r.instMsg, r.keep, r.instance,
+				r.launchToken, r.nonce, r.passwordHash, r.autoRetries, r.nextRetry)
+		}
+		_, err = upd.ExecContext(stmtCtx(ctx), append(args, now, modelUUID)...)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("update machines: %w", err)
 	}
-	defer upd.Close()
-	for _, r := range rows {
-		if _, err := upd.ExecContext(stmtCtx(ctx), r.life, r.status, r.statusMsg, r.instStatus, r.instMsg, r.keep, r.instance,
-			r.launchToken, r.nonce, r.passwordHash, r.autoRetries, r.nextRetry, now, modelUUID, r.id); err != nil {
-			return fmt.Errorf("update machine %d: %w", r.id, err)
-		}
-	}
 	return nil
 }
+
+// machinesPerUpdate is how many machines one SQLite update writes at
+// most (a power of two).
+const machinesPerUpdate = 32
+
+// machineUpdates are the SQLite updates of 1, 2, 4, … machinesPerUpdate
+// machines, by count: the rows' values in a table u, joined to the
+// machines by primary key.
+var machineUpdates = func() map[int]string {
+	m := map[int]string{}
+	for k, values := range multiRowInserts(`WITH u(id, life, status, smsg, istatus, imsg, keep, inst, token, nonce, hash, retries, next) AS (VALUES `, 13, machinesPerUpdate) {
+		m[k] = values + `) UPDATE machines SET life = u.life, status = u.status, status_message = u.smsg,
+			instance_status = u.istatus, instance_message = u.imsg, keep_instance = u.keep, instance = u.inst,
+			launch_token = u.token, nonce = u.nonce, password_hash = u.hash, auto_retries = u.retries,
+			next_retry = u.next, updated = ?
+			FROM u WHERE machines.model_uuid = ? AND machines.id = u.id`
+	}
+	return m
+}()
 
 // applyUpdate applies u to m, checking what depends on m.
 func applyUpdate(m *muster.Machine, u muster.MachineUpdate) error {

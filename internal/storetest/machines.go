@@ -493,3 +493,43 @@ func testDistributionGroups(t *testing.T, h *harness) {
 }
 
 func idOf(i int) string { return strconv.Itoa(i) }
+
+// testUpdateMachinesMany: one UpdateMachines of many machines (more than
+// a SQLite statement takes) writes each machine its own values, every
+// column in its place.
+func testUpdateMachinesMany(t *testing.T, h *harness) {
+	ctx := ctxFor(t)
+	s := h.store(t)
+	m := newModel(t, s, "m")
+	const n = 71
+	addMachines(t, s, m.UUID, n)
+	base := time.Unix(1_900_000_000, 0).UTC()
+	us := make([]muster.MachineUpdate, n)
+	for i := range us {
+		us[i] = muster.MachineUpdate{ID: idOf(i), StatusMessage: muster.Ptr("sm-" + idOf(i)),
+			InstanceMessage: muster.Ptr("im-" + idOf(i)), KeepInstance: muster.Ptr(i%3 == 0), LaunchToken: muster.Ptr("lt-" + idOf(i)),
+			Nonce: muster.Ptr("n-" + idOf(i)), PasswordHash: muster.Ptr("h-" + idOf(i)), AutoRetries: muster.Ptr(i),
+			NextRetry: muster.Ptr(base.Add(time.Duration(i) * time.Second))}
+		if i%2 == 1 {
+			us[i].Status = muster.Ptr(muster.StatusDown)
+		}
+	}
+	update(t, s, m.UUID, us...)
+	ms, err := s.Machines(ctx, m.UUID, nil)
+	if err != nil || len(ms) != n {
+		t.Fatalf("machines: %d, %v; want %d", len(ms), err, n)
+	}
+	for _, mc := range ms {
+		i, _ := strconv.Atoi(mc.ID)
+		wantStatus := muster.StatusPending
+		if i%2 == 1 {
+			wantStatus = muster.StatusDown
+		}
+		if mc.Status != wantStatus || mc.StatusMessage != "sm-"+mc.ID || mc.InstanceMessage != "im-"+mc.ID ||
+			mc.KeepInstance != (i%3 == 0) || mc.LaunchToken != "lt-"+mc.ID || mc.Nonce != "n-"+mc.ID ||
+			mc.PasswordHash != "h-"+mc.ID || mc.AutoRetries != i || !mc.NextRetry.Equal(base.Add(time.Duration(i)*time.Second)) ||
+			mc.Life != muster.LifeAlive {
+			t.Fatalf("machine %s after a %d-machine update: %+v", mc.ID, n, mc)
+		}
+	}
+}

@@ -35,7 +35,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"MachineErrors", testMachineErrors},
 		{"IDsNeverReused", testIDsNeverReused},
 		{"LifeForwardOnly", testLifeForwardOnly},
-		{"UpdateMachines", testUpdateMachines},
+		{"UpdateMachines", testUpdateMachines}, {"UpdateMachinesMany", testUpdateMachinesMany},
 		{"UpdateAllOrNothing", testUpdateAllOrNothing},
 		{"RecordInstances", testRecordInstances},
 		{"ReplaceInstance", testReplaceInstance},
