@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -116,8 +115,16 @@ func (s *Server) streamStatus(w http.ResponseWriter, r *http.Request, m muster.M
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 64<<10)
-	b := append(make([]byte, 0, 4<<10), `{"machines":{`...)
+	// Machines are appended to b and written in pieces of about 32 KiB;
+	// a failed write stops the writing, and is returned at the end.
+	b := append(make([]byte, 0, 36<<10), `{"machines":{`...)
+	var werr error
+	write := func() {
+		if werr == nil {
+			_, werr = w.Write(b)
+		}
+		b = b[:0]
+	}
 	written, last := 0, ""
 	for len(page) > 0 {
 		for _, mc := range page {
@@ -127,9 +134,8 @@ func (s *Server) streamStatus(w http.ResponseWriter, r *http.Request, m muster.M
 			b = appendJSONString(b, mc.ID)
 			b = appendMachineJSON(append(b, ':'), machineStatus(mc), compact)
 			written++
-			if len(b) > 3<<10 {
-				bw.Write(b)
-				b = b[:0]
+			if len(b) > 32<<10 {
+				write()
 			}
 		}
 		last = page[len(page)-1].ID
@@ -157,9 +163,8 @@ func (s *Server) streamStatus(w http.ResponseWriter, r *http.Request, m muster.M
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
-	bw.Write(b)
-	bw.WriteString("},")
-	bw.Write(hb[1:]) // the head's fields and its closing brace
-	bw.WriteByte('\n')
-	return bw.Flush()
+	b = append(append(b, "},"...), hb[1:]...) // the head's fields and its closing brace
+	b = append(b, '\n')
+	write()
+	return werr
 }

@@ -116,7 +116,7 @@ const eventsPerInsert = 32
 
 // eventInserts are the SQLite inserts of 1, 2, 4, … eventsPerInsert
 // events, by count.
-var eventInserts = multiRowInserts(`INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES `, 6, eventsPerInsert)
+var eventInserts = multiRowSQL(`INSERT INTO events (model_uuid, machine_id, time, actor, kind, message) VALUES `, 6, eventsPerInsert)
 
 func (s *Store) Events(ctx context.Context, modelUUID string, f muster.EventFilter) ([]muster.Event, error) {
 	if f.Limit < 0 {

@@ -516,7 +516,7 @@ const machinesPerUpdate = 32
 // machines by primary key.
 var machineUpdates = func() map[int]string {
 	m := map[int]string{}
-	for k, values := range multiRowInserts(`WITH u(id, life, status, smsg, istatus, imsg, keep, inst, token, nonce, hash, retries, next) AS (VALUES `, 13, machinesPerUpdate) {
+	for k, values := range multiRowSQL(`WITH u(id, life, status, smsg, istatus, imsg, keep, inst, token, nonce, hash, retries, next) AS (VALUES `, 13, machinesPerUpdate) {
 		m[k] = values + `) UPDATE machines SET life = u.life, status = u.status, status_message = u.smsg,
 			instance_status = u.istatus, instance_message = u.imsg, keep_instance = u.keep, instance = u.inst,
 			launch_token = u.token, nonce = u.nonce, password_hash = u.hash, auto_retries = u.retries,

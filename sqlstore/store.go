@@ -562,11 +562,12 @@ const changesPerInsert = 64
 
 // changeInserts are the SQLite inserts of 1, 2, 4, … changesPerInsert
 // change rows, by count.
-var changeInserts = multiRowInserts(`INSERT INTO changes (revision, model_uuid, kind, key) VALUES `, 4, changesPerInsert)
+var changeInserts = multiRowSQL(`INSERT INTO changes (revision, model_uuid, kind, key) VALUES `, 4, changesPerInsert)
 
-// multiRowInserts returns head followed by 1, 2, 4, … most rows of cols
-// placeholders each, by row count: built once, not per statement.
-func multiRowInserts(head string, cols, most int) map[int]string {
+// multiRowSQL returns head followed by 1, 2, 4, … most rows of cols
+// placeholders each (an insert's VALUES, or a VALUES table), by row
+// count: built once, not per statement.
+func multiRowSQL(head string, cols, most int) map[int]string {
 	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
 	m := map[int]string{}
 	for k := 1; k <= most; k *= 2 {
