@@ -104,6 +104,9 @@ func TestBadFlags(t *testing.T) {
 		{"no machines", []string{"--machines", "-3"}},
 		{"stray argument", []string{"extra"}},
 		{"unknown flag", []string{"--nope"}},
+		{"repeat of another scenario", []string{"--scenario", "convergence", "--repeat", "2"}},
+		{"repeat of the side by side", []string{"--policy", "juju", "--repeat", "2"}},
+		{"no pairs", []string{"--scenario", "agents", "--repeat", "-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,16 +139,35 @@ func TestLowerBounds(t *testing.T) {
 	}
 }
 
-// TestAgentsJSON runs the agents scenario on a few machines: every
-// machine started by its simulated agent (one enrolment each, counted as
-// an agent request), no provisioner restart, and --tailprofile writes a
-// CPU profile of the agents run's tail.
+// TestAgentsJSON runs the agents scenario on a few machines, two pairs:
+// every machine started by its simulated agent (one enrolment each,
+// counted as an agent request), no provisioner restart, both pairs'
+// figures with the reported ratio one of theirs, and --tailprofile
+// writes a CPU profile of the agents run's tail.
 func TestAgentsJSON(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "tail.prof")
-	m := runJSON(t, "--scenario", "agents", "--machines", "40", "--steady", "0s", "--tailprofile", prof, "--json")
-	want := []string{"agents", "boot_delay_seconds", "machines", "no_agents", "peak_rss_mb", "ratio", "scenario"}
+	m := runJSON(t, "--scenario", "agents", "--machines", "40", "--repeat", "2", "--steady", "0s", "--tailprofile", prof, "--json")
+	want := []string{"agents", "boot_delay_seconds", "machines", "no_agents", "pairs", "peak_rss_mb", "ratio", "scenario"}
 	if got := keys(m); !slices.Equal(got, want) {
 		t.Fatalf("got keys %v, want %v", got, want)
+	}
+	pairs := m["pairs"].([]any)
+	if len(pairs) != 2 {
+		t.Fatalf("got %d pairs, want 2", len(pairs))
+	}
+	var ratios []float64
+	for _, p := range pairs {
+		p := p.(map[string]any)
+		if p["no_agents_seconds"].(float64) <= 0 || p["agents_seconds"].(float64) <= 0 || p["provisioner_restarts"].(float64) != 0 {
+			t.Errorf("got pair %v, want positive times and no restart", p)
+		}
+		ratios = append(ratios, p["ratio"].(float64))
+	}
+	if got := m["ratio"].(float64); got != max(ratios[0], ratios[1]) {
+		t.Errorf("got ratio %v of pairs %v, want the higher middle one", got, ratios)
+	}
+	if got, no := m["agents"].(map[string]any)["seconds"].(float64), m["no_agents"].(map[string]any)["seconds"].(float64); got/(no+1) < m["ratio"].(float64)-0.001 || got/(no+1) > m["ratio"].(float64)+0.001 {
+		t.Errorf("got runs of %v s and %v s, not the reported pair's (ratio %v)", no, got, m["ratio"])
 	}
 	agents := m["agents"].(map[string]any)
 	if got := agents["agent_requests"].(float64); got < 40 {
@@ -183,5 +205,27 @@ func TestTailProfileLeavesTheWholeRunsProfile(t *testing.T) {
 	stop()
 	if err := pprof.StartCPUProfile(io.Discard); err == nil {
 		t.Fatal("the whole run's CPU profile was stopped by the tail's stop")
+	}
+}
+
+func TestMedianPair(t *testing.T) {
+	tests := []struct {
+		ratios []float64
+		want   int
+	}{
+		{[]float64{1.3}, 0},
+		{[]float64{1.6, 1.4, 1.5}, 2},
+		{[]float64{1.5, 1.4, 1.6}, 0},
+		{[]float64{1.9, 1.2}, 0},
+		{[]float64{1.2, 1.4, 1.3, 1.1}, 2},
+	}
+	for _, tt := range tests {
+		var ps []AgentsPair
+		for _, r := range tt.ratios {
+			ps = append(ps, AgentsPair{Ratio: r})
+		}
+		if got := medianPair(ps); got != tt.want {
+			t.Errorf("medianPair(%v) = %d, want %d", tt.ratios, got, tt.want)
+		}
 	}
 }

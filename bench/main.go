@@ -65,6 +65,7 @@ func run(args []string, out, errOut io.Writer) error {
 	policy := fs.String("policy", "", "juju: run the convergence fleet with muster's engine and with Juju's provisioner policy, side by side")
 	timeout := fs.Duration("timeout", 0, "give up on a scenario after this long (default: 3x its lower bound + 60s; failover: each wait 30s)")
 	musterBin := fs.String("muster", "", "failover: the muster binary to run (default: built from this module)")
+	repeat := fs.Int("repeat", 0, "agents: run the pair of runs (without agents, with them) this many times and report the median pair (default 3)")
 	steady := fs.Duration("steady", 15*time.Second, "agents: how long to watch the heartbeats once every machine is started")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&heapProfile, "memprofile", "", "agents: write a heap profile to this file once every agent has started")
@@ -85,6 +86,9 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *repeat != 0 && (*scenario != "agents" || *policy != "") {
+		return fmt.Errorf("--repeat is for --scenario agents only")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -135,13 +139,20 @@ func run(args []string, out, errOut io.Writer) error {
 		if n < 1 || n > api.MaxAddMachines || *steady < 0 {
 			return fmt.Errorf("bad --machines %d or --steady %s: want 1 to %d and at least 0", n, *steady, api.MaxAddMachines)
 		}
-		res, err := runAgents(ctx, n, timeoutOr(*timeout, 10*time.Minute), *steady)
+		pairs := *repeat
+		if pairs == 0 {
+			pairs = agentsRepeat
+		}
+		if pairs < 1 {
+			return fmt.Errorf("bad --repeat %d: want at least 1", pairs)
+		}
+		res, err := runAgents(ctx, n, pairs, timeoutOr(*timeout, 10*time.Minute), *steady)
 		if err != nil {
 			return err
 		}
 		err = report(out, *asJSON, res, printAgents)
-		if err == nil && (res.NoAgents.ProvisionerRestarts > 0 || res.WithAgents.ProvisionerRestarts > 0) {
-			err = fmt.Errorf("agents: the provisioner was restarted %d times", res.NoAgents.ProvisionerRestarts+res.WithAgents.ProvisionerRestarts)
+		if k := res.restarts(); err == nil && k > 0 {
+			err = fmt.Errorf("agents: the provisioner was restarted %d times", k)
 		}
 		return err
 	case "failover":
@@ -174,6 +185,13 @@ func printAgents(out io.Writer, a Agents) {
 			r.r.StatusFailures, r.r.CPUSeconds, r.r.AgentRequestRate, r.r.ProvisionerRestarts, r.r.Down)
 	}
 	fmt.Fprintf(out, "\nagents / (no agents + boot delay) = %.3f (target ≤ 1.5), peak RSS %.1f MB (target < 600)\n", a.Ratio, a.PeakRSSMB)
+	if len(a.Pairs) > 1 {
+		fmt.Fprintf(out, "the median of %d pairs; each pair's no agents s / agents s / ratio:", len(a.Pairs))
+		for _, p := range a.Pairs {
+			fmt.Fprintf(out, "  %.3f / %.3f / %.3f", p.NoAgentsSeconds, p.AgentsSeconds, p.Ratio)
+		}
+		fmt.Fprintln(out)
+	}
 }
 
 // report prints a scenario's result as one JSON line (--json) or as its
