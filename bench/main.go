@@ -87,7 +87,7 @@ func run(args []string, out, errOut io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if *repeat != 0 && (*scenario != "agents" || *policy != "") {
+	if *repeat != 0 && *scenario != "agents" {
 		return fmt.Errorf("--repeat is for --scenario agents only")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
