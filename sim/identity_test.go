@@ -3,9 +3,11 @@ package sim_test
 import (
 	"bytes"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -39,6 +41,16 @@ func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
 	id, err := muster.VerifyIdentity(cert, doc, sig)
 	if err != nil {
 		t.Fatalf("VerifyIdentity: %v", err)
+	}
+	// The signature is standard Ed25519: crypto/ed25519 verifies it.
+	block, _ := pem.Decode(cert)
+	parsed, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(sig)
+	if pub, ok := parsed.PublicKey.(ed25519.PublicKey); !ok || err != nil || !ed25519.Verify(pub, doc, raw) {
+		t.Fatalf("crypto/ed25519 refuses the signature %q (key %T, %v)", sig, parsed.PublicKey, err)
 	}
 	if id.InstanceID != inst.ID || id.AvailabilityZone != "b" || id.AccountID != sim.AccountID || id.PrivateIP != inst.Addresses[0] ||
 		id.InstanceType != inst.InstanceType || !id.PendingTime.Equal(inst.Created) {
