@@ -139,3 +139,26 @@ func FuzzVerifyIdentity(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkVerifyIdentityEd25519 is one enrolment's signature check with
+// the sim's kind of certificate (an Ed25519 key).
+func BenchmarkVerifyIdentityEd25519(b *testing.B) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "t"},
+		NotBefore: time.Unix(0, 0), NotAfter: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	doc := []byte(`{"instanceId":"i-0ed","region":"sim","availabilityZone":"a","imageId":"ami-1","instanceType":"m.small","accountId":"000000000000","architecture":"amd64","pendingTime":"2026-12-04T00:00:00Z","privateIp":"10.0.0.1"}`)
+	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key, doc))
+	for b.Loop() {
+		if _, err := muster.VerifyIdentity(cert, doc, sig); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

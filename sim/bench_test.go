@@ -40,3 +40,18 @@ func benchStart(b *testing.B, n int, file bool) {
 
 func BenchmarkStart10kMemory(b *testing.B)    { benchStart(b, 10000, false) }
 func BenchmarkStart10kStateFile(b *testing.B) { benchStart(b, 10000, true) }
+
+// BenchmarkIdentityDocument is one instance's signed identity document, as
+// its agent fetches it before enrolling.
+func BenchmarkIdentityDocument(b *testing.B) {
+	c := openCloud(b, sim.Config{Clock: newClock()})
+	inst, err := c.AddInstance("a", testController, testModel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := c.IdentityDocument(inst.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
