@@ -150,3 +150,31 @@ func benchEnrol(b *testing.B, backend string) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/enrolment")
 }
+
+// BenchmarkMachinesByID reads 500 of 10,000 machines by id, as the
+// provisioner re-reads the machines a burst of changes named.
+func BenchmarkMachinesByID(b *testing.B) {
+	for _, be := range backends() {
+		b.Run(be, func(b *testing.B) {
+			s, model := benchModel(b, be)
+			ctx := context.Background()
+			var ids []string
+			for range 10 {
+				ms, err := s.AddMachines(ctx, model, make([]muster.MachineTemplate, 1000))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, m := range ms[:50] {
+					ids = append(ids, m.ID)
+				}
+			}
+			for b.Loop() {
+				ms, err := s.Machines(ctx, model, ids)
+				if err != nil || len(ms) != len(ids) {
+					b.Fatalf("got %d machines, %v", len(ms), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids)), "ns/machine")
+		})
+	}
+}
