@@ -82,18 +82,25 @@ func TestVerifyIdentity(t *testing.T) {
 
 // An Ed25519 certificate (the sim's) verifies Ed25519 signatures over the
 // whole document and refuses an altered one.
-func TestVerifyIdentityEd25519(t *testing.T) {
+// ed25519Signer returns an Ed25519 key and its self-signed certificate,
+// as the sim's identity signer.
+func ed25519Signer(tb testing.TB) (ed25519.PrivateKey, []byte) {
+	tb.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "t"},
 		NotBefore: time.Unix(0, 0), NotAfter: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func TestVerifyIdentityEd25519(t *testing.T) {
+	key, cert := ed25519Signer(t)
 	doc := []byte(`{"instanceId":"i-0ed"}`)
 	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key, doc))
 	if id, err := muster.VerifyIdentity(cert, doc, sig); err != nil || id.InstanceID != "i-0ed" {
@@ -143,17 +150,7 @@ func FuzzVerifyIdentity(f *testing.F) {
 // BenchmarkVerifyIdentityEd25519 is one enrolment's signature check with
 // the sim's kind of certificate (an Ed25519 key).
 func BenchmarkVerifyIdentityEd25519(b *testing.B) {
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "t"},
-		NotBefore: time.Unix(0, 0), NotAfter: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	key, cert := ed25519Signer(b)
 	doc := []byte(`{"instanceId":"i-0ed","region":"sim","availabilityZone":"a","imageId":"ami-1","instanceType":"m.small","accountId":"000000000000","architecture":"amd64","pendingTime":"2026-12-04T00:00:00Z","privateIp":"10.0.0.1"}`)
 	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key, doc))
 	for b.Loop() {
