@@ -103,3 +103,23 @@ func TestValidateRemembersOnlyAGoodCA(t *testing.T) {
 		}
 	}
 }
+
+func TestEnrolmentConfigValidates(t *testing.T) {
+	ca := testCAPEM(t)
+	cfg := AgentConfig{Model: "m", Machine: "3", EnrolToken: "tok", APIAddresses: []string{"https://h:1"}, CACert: ca}
+	if err := cfg.Validate(); err != nil || !cfg.Enrolling() {
+		t.Fatalf("enrolment config: %v (enrolling %v)", err, cfg.Enrolling())
+	}
+	cfg.MetadataURL = "ftp://x"
+	if err := cfg.Validate(); ErrorCode(err) != EInvalid {
+		t.Fatalf("bad metadata-url: got %v, want invalid", err)
+	}
+	cfg.MetadataURL = "http://169.254.169.254/latest"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("metadata-url: %v", err)
+	}
+	cfg.EnrolToken = ""
+	if err := cfg.Validate(); ErrorCode(err) != EInvalid {
+		t.Fatalf("no token and no password: got %v, want invalid", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/auth"
 )
 
 // EnrolPath is where a batch-started agent enrols (SPEC §4).
@@ -121,7 +122,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	id, err := muster.VerifyIdentity(cert, []byte(req.Document), req.Signature)
+	id, err := auth.VerifyIdentity(cert, []byte(req.Document), req.Signature)
 	if err != nil {
 		return refuse(s.machineOrNone(ctx, m.UUID, req.Machine), muster.Errorf(muster.EUnauthorized, "enrolment refused: %s", muster.ErrorMessage(err)))
 	}

@@ -110,7 +110,7 @@ func (id *identity) sign(doc []byte) ([]byte, error) {
 }
 
 // IdentityCert returns the PEM certificate whose key signs the sim's
-// instance identity documents (what muster.VerifyIdentity takes).
+// instance identity documents (what auth.VerifyIdentity takes).
 func (c *Cloud) IdentityCert() []byte { return c.id.certPEM }
 
 // IdentityDocument returns the identity document of instance id as its

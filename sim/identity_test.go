@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -38,7 +39,7 @@ func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert := c.IdentityCert()
-	id, err := muster.VerifyIdentity(cert, doc, sig)
+	id, err := auth.VerifyIdentity(cert, doc, sig)
 	if err != nil {
 		t.Fatalf("VerifyIdentity: %v", err)
 	}
@@ -62,7 +63,7 @@ func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
 		}
 	}
 	forged := bytes.Replace(doc, []byte(inst.ID), []byte("i-someoneelse"), 1)
-	if _, err := muster.VerifyIdentity(cert, forged, sig); muster.ErrorCode(err) != muster.EUnauthorized {
+	if _, err := auth.VerifyIdentity(cert, forged, sig); muster.ErrorCode(err) != muster.EUnauthorized {
 		t.Fatalf("an altered document: got %v, want unauthorized", err)
 	}
 	if _, _, err := c.IdentityDocument("i-missing"); muster.ErrorCode(err) != muster.ENotFound {
@@ -79,12 +80,12 @@ func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := muster.VerifyIdentity(cert, doc2, sig2); err != nil {
+	if _, err := auth.VerifyIdentity(cert, doc2, sig2); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
 	// Another sim's key does not verify them.
 	other := openCloud(t, sim.Config{Clock: newClock()})
-	if _, err := muster.VerifyIdentity(other.IdentityCert(), doc2, sig2); muster.ErrorCode(err) != muster.EUnauthorized {
+	if _, err := auth.VerifyIdentity(other.IdentityCert(), doc2, sig2); muster.ErrorCode(err) != muster.EUnauthorized {
 		t.Fatalf("another sim's certificate: got %v, want unauthorized", err)
 	}
 }
@@ -140,7 +141,7 @@ func TestIdentityKeyOfAnOlderStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, err := muster.VerifyIdentity(old.IdentityCert(), doc, sig); err != nil || id.InstanceID != inst.ID {
+	if id, err := auth.VerifyIdentity(old.IdentityCert(), doc, sig); err != nil || id.InstanceID != inst.ID {
 		t.Fatalf("document signed with the older key: %+v %v", id, err)
 	}
 }
@@ -194,7 +195,7 @@ func TestIdentityServedLikeIMDS(t *testing.T) {
 	_, doc := do("GET", base+"/dynamic/instance-identity/document", h)
 	_, sig := do("GET", base+"/dynamic/instance-identity/signature", h)
 	_, cert := do("GET", "/v1/identity-cert", nil)
-	id, err := muster.VerifyIdentity([]byte(cert), []byte(doc), sig)
+	id, err := auth.VerifyIdentity([]byte(cert), []byte(doc), sig)
 	if err != nil || id.InstanceID != inst.ID {
 		t.Fatalf("served identity: %+v, %v", id, err)
 	}

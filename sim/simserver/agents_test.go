@@ -14,6 +14,7 @@ import (
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/auth"
 	"github.com/musterhq/muster/cloudinit"
 	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
@@ -43,7 +44,7 @@ func (f *fakeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var req api.EnrolRequest
 		if json.NewDecoder(r.Body).Decode(&req) == nil {
 			f.mu.Lock()
-			id, err := muster.VerifyIdentity(f.cert, []byte(req.Document), req.Signature)
+			id, err := auth.VerifyIdentity(f.cert, []byte(req.Document), req.Signature)
 			if err == nil {
 				f.enrols[req.Machine], f.enrolTk[req.Machine] = id.InstanceID, req.Token
 			}

@@ -1,4 +1,4 @@
-package muster_test
+package auth_test
 
 import (
 	"crypto/ecdsa"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	"github.com/musterhq/muster/auth"
 )
 
 // signer is a key and its certificate, as a cloud's identity signer.
@@ -51,7 +52,7 @@ func TestVerifyIdentity(t *testing.T) {
 	s := newSigner(t)
 	doc := []byte(`{"instanceId":"i-0abc","region":"us-east-1","availabilityZone":"us-east-1a","pendingTime":"2026-01-02T03:04:05Z"}`)
 	sig := s.sign(t, doc)
-	id, err := muster.VerifyIdentity(s.cert, doc, sig)
+	id, err := auth.VerifyIdentity(s.cert, doc, sig)
 	if err != nil || id.InstanceID != "i-0abc" || id.AvailabilityZone != "us-east-1a" {
 		t.Fatalf("got %+v, %v", id, err)
 	}
@@ -72,7 +73,7 @@ func TestVerifyIdentity(t *testing.T) {
 		{"no certificate", []byte("junk"), doc, sig, muster.EInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := muster.VerifyIdentity(tc.cert, tc.doc, tc.sig)
+			_, err := auth.VerifyIdentity(tc.cert, tc.doc, tc.sig)
 			if muster.ErrorCode(err) != tc.code {
 				t.Fatalf("got %v, want code %s", err, tc.code)
 			}
@@ -103,31 +104,11 @@ func TestVerifyIdentityEd25519(t *testing.T) {
 	key, cert := ed25519Signer(t)
 	doc := []byte(`{"instanceId":"i-0ed"}`)
 	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key, doc))
-	if id, err := muster.VerifyIdentity(cert, doc, sig); err != nil || id.InstanceID != "i-0ed" {
+	if id, err := auth.VerifyIdentity(cert, doc, sig); err != nil || id.InstanceID != "i-0ed" {
 		t.Fatalf("got %+v, %v", id, err)
 	}
-	if _, err := muster.VerifyIdentity(cert, []byte(`{"instanceId":"i-1ed"}`), sig); muster.ErrorCode(err) != muster.EUnauthorized {
+	if _, err := auth.VerifyIdentity(cert, []byte(`{"instanceId":"i-1ed"}`), sig); muster.ErrorCode(err) != muster.EUnauthorized {
 		t.Fatalf("altered document: got %v, want unauthorized", err)
-	}
-}
-
-func TestEnrolmentConfigValidates(t *testing.T) {
-	ca := newSigner(t).cert
-	cfg := muster.AgentConfig{Model: "m", Machine: "3", EnrolToken: "tok", APIAddresses: []string{"https://h:1"}, CACert: string(ca)}
-	if err := cfg.Validate(); err != nil || !cfg.Enrolling() {
-		t.Fatalf("enrolment config: %v (enrolling %v)", err, cfg.Enrolling())
-	}
-	cfg.MetadataURL = "ftp://x"
-	if err := cfg.Validate(); muster.ErrorCode(err) != muster.EInvalid {
-		t.Fatalf("bad metadata-url: got %v, want invalid", err)
-	}
-	cfg.MetadataURL = "http://169.254.169.254/latest"
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("metadata-url: %v", err)
-	}
-	cfg.EnrolToken = ""
-	if err := cfg.Validate(); muster.ErrorCode(err) != muster.EInvalid {
-		t.Fatalf("no token and no password: got %v, want invalid", err)
 	}
 }
 
@@ -137,7 +118,7 @@ func FuzzVerifyIdentity(f *testing.F) {
 	f.Add(doc, s.sign(f, doc))
 	f.Add([]byte(`{"instanceId":`), "AAAA")
 	f.Fuzz(func(t *testing.T, doc []byte, sig string) {
-		id, err := muster.VerifyIdentity(s.cert, doc, sig)
+		id, err := auth.VerifyIdentity(s.cert, doc, sig)
 		if err == nil && id.InstanceID == "" {
 			t.Fatalf("accepted a document without an instance id")
 		}
@@ -154,7 +135,7 @@ func BenchmarkVerifyIdentityEd25519(b *testing.B) {
 	doc := []byte(`{"instanceId":"i-0ed","region":"sim","availabilityZone":"a","imageId":"ami-1","instanceType":"m.small","accountId":"000000000000","architecture":"amd64","pendingTime":"2026-12-04T00:00:00Z","privateIp":"10.0.0.1"}`)
 	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key, doc))
 	for b.Loop() {
-		if _, err := muster.VerifyIdentity(cert, doc, sig); err != nil {
+		if _, err := auth.VerifyIdentity(cert, doc, sig); err != nil {
 			b.Fatal(err)
 		}
 	}

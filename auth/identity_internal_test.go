@@ -1,4 +1,4 @@
-package muster
+package auth
 
 import (
 	"crypto/ed25519"
