@@ -51,14 +51,14 @@ func parseIdentityCert(cert []byte) (*identityCert, error) {
 		return nil, muster.Errorf(muster.EInvalid, "instance identity certificate: %v", err)
 	}
 	ic := &identityCert{pem: string(cert), cert: c}
-	switch c.PublicKey.(type) {
+	switch k := c.PublicKey.(type) {
 	case *rsa.PublicKey:
 		ic.algo = x509.SHA256WithRSA
 	case *ecdsa.PublicKey:
 		ic.algo = x509.ECDSAWithSHA256
 	case ed25519.PublicKey:
 		ic.algo = x509.PureEd25519
-		ic.ed = expandEd25519(c.PublicKey.(ed25519.PublicKey))
+		ic.ed = expandEd25519(k)
 	default:
 		return nil, muster.Errorf(muster.EInvalid, "instance identity certificate: unsupported key type %T", c.PublicKey)
 	}
@@ -71,10 +71,9 @@ const maxIdentityDocument = 4096
 
 // VerifyIdentity checks that sig (base64, as the metadata service serves
 // it) is the signature of doc by the key of the PEM certificate cert
-// (SHA-256 with RSA PKCS #1 v1.5 or ECDSA, or Ed25519 over the document,
-// by the certificate's key) and
-// returns the document. EUnauthorized for a bad signature or document,
-// EInvalid for a bad certificate.
+// (SHA-256 with RSA PKCS #1 v1.5 or ECDSA, or Ed25519 over the document)
+// and returns the document. EUnauthorized for a bad signature or
+// document, EInvalid for a bad certificate.
 func VerifyIdentity(cert []byte, doc []byte, sig string) (muster.InstanceIdentity, error) {
 	ic, err := parseIdentityCert(cert)
 	if err != nil {

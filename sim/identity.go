@@ -1,8 +1,6 @@
 package sim
 
 import (
-	voied "github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
-
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/musterhq/muster"
+	voied "github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
 )
 
 // Instance identity (SPEC §4): like EC2, the sim signs each instance's
