@@ -40,8 +40,9 @@ type EnrolmentStore interface {
 	// to the instance recorded for it, all in one transaction (agents
 	// enrolling together cost one): for each it checks that InstanceID is
 	// the machine's recorded instance and Token one of its enrolment
-	// tokens, sets the machine's password hash to PasswordHash and marks
-	// the credentials handed out. out[i] is es[i]'s outcome, decided on
+	// tokens, sets the machine's password hash to PasswordHash, marks
+	// the credentials handed out and records the machine seen now
+	// (LastSeen, as RecordHeartbeats would: the agent is up). out[i] is es[i]'s outcome, decided on
 	// its own: the machine (its nonce), or ENotFound when there is no such
 	// machine; EUnavailable when the machine has no instance recorded yet
 	// but this token is its batch's (the batch's instances are recorded

@@ -189,7 +189,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	if req.Nonce == "" || req.Nonce != mc.Nonce || !mc.HasInstance() || mc.Life == muster.LifeDead {
 		return muster.Errorf(muster.ENotProvisioned, "machine %s is not provisioned with this nonce", mc.ID)
 	}
-	res := s.openSession(m, mc)
+	res := s.openSession(m, mc, false)
 	login := loginEvent(m.UUID, mc.ID)
 	if err := s.agentWrites.write(ctx, m.UUID, nil, login); err != nil {
 		s.logger.Error("append events", "model", m.UUID, "kind", login.Kind, "err", err)
@@ -201,7 +201,10 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 // openSession starts a session for the agent of machine mc, which has
 // proved who it is (login, or enrolment), and returns what the agent
 // needs; the caller writes the loginEvent.
-func (s *Server) openSession(m muster.Model, mc muster.Machine) LoginResult {
+//
+// seenWritten says the store has the machine seen already (the enrolment
+// writes it): then the heartbeat monitor notes the beat without writing it.
+func (s *Server) openSession(m muster.Model, mc muster.Machine, seenWritten bool) LoginResult {
 	tok, hash := s.newSessionToken()
 	sess := &agentSession{
 		modelUUID: m.UUID, modelName: m.Name, machineID: mc.ID, nonce: mc.Nonce,
@@ -209,7 +212,7 @@ func (s *Server) openSession(m muster.Model, mc muster.Machine) LoginResult {
 		writes: rate.NewLimiter(agentWriteRate, agentWriteBurst),
 	}
 	s.hb.addSession(hash, sess)
-	s.hb.beat(sess)
+	s.hb.note(sess, !seenWritten)
 	s.hb.setLife(sess.modelUUID, mc.ID, mc.Life)
 	return LoginResult{Token: tok, ModelUUID: m.UUID, Heartbeat: sess.period.String()}
 }
@@ -459,9 +462,16 @@ func (h *heartbeats) addSession(hash string, sess *agentSession) {
 	h.s.sessions.Store(hash, sess)
 }
 
-// beat records a sign of life; it reports whether the machine had been
-// set down.
+// beat records a sign of life, to be written with the next flush; it
+// reports whether the machine had been set down.
 func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
+	return h.note(sess, true)
+}
+
+// note records a sign of life, to be written with the next flush when
+// write is set (else the store has it already); it reports whether the
+// machine had been set down.
+func (h *heartbeats) note(sess *agentSession, write bool) (wasDown bool) {
 	now := h.s.clock.Now()
 	sess.mu.Lock()
 	period := sess.period
@@ -475,8 +485,10 @@ func (h *heartbeats) beat(sess *agentSession) (wasDown bool) {
 	}
 	wasDown = b.down
 	b.last, b.period, b.down = now, period, false
-	firstDirty := len(h.dirty) == 0
-	h.dirty[k] = true
+	firstDirty := write && len(h.dirty) == 0
+	if write {
+		h.dirty[k] = true
+	}
 	sooner := period > 0 && (h.armed.IsZero() || now.Add(MissedHeartbeats*period).Before(h.armed))
 	h.mu.Unlock()
 	if sooner || firstDirty {

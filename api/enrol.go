@@ -162,7 +162,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) error {
 	}
 	res := EnrolResult{Machine: mc.ID, Nonce: mc.Nonce, Password: password}
 	if session {
-		sess := s.openSession(m, mc)
+		sess := s.openSession(m, mc, true) // the enrolment wrote it seen
 		res.Session = &sess
 	}
 	if reported {

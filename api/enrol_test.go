@@ -3,11 +3,13 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/musterhq/muster"
 	"github.com/musterhq/muster/api"
+	"github.com/musterhq/muster/internal/testutil"
 	"github.com/musterhq/muster/sim"
 )
 
@@ -21,14 +23,14 @@ type enrolFixture struct {
 	tok, other string
 }
 
-func newEnrolFixture(t *testing.T) *enrolFixture {
+func newEnrolFixture(t *testing.T, hooks ...func(*api.Config)) *enrolFixture {
 	t.Helper()
 	cloud, err := sim.Open(sim.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cloud.Close() })
-	h := newHarness(t, withRuntime(&testRuntime{identityCert: cloud.IdentityCert()}))
+	h := newHarness(t, append([]func(*api.Config){withRuntime(&testRuntime{identityCert: cloud.IdentityCert()})}, hooks...)...)
 	h.addMachines(t, api.AddMachinesRequest{Count: 4})
 	f := &enrolFixture{h: h, cloud: cloud, inst: map[string]string{}, nonce: map[string]string{}, tok: muster.NewSecret(), other: muster.NewSecret()}
 	ctx := context.Background()
@@ -236,5 +238,45 @@ func TestEnrolAppliesTheStartedReport(t *testing.T) {
 	// Enrolments are agent requests: three refused, one granted.
 	if got := h.srv.AgentStats().Requests; got != 4 {
 		t.Fatalf("agent requests %d, want 4 enrolments", got)
+	}
+}
+
+// TestEnrolmentIsTheFirstHeartbeat: the enrolment writes its machine seen
+// in its own transaction, so the heartbeat monitor knows the agent is up
+// without a heartbeat write of its own; the session's heartbeats are
+// batched as a login's are.
+func TestEnrolmentIsTheFirstHeartbeat(t *testing.T) {
+	cs := &countingStore{}
+	f := newEnrolFixture(t, func(c *api.Config) { cs.Store = c.Store; c.Store = cs })
+	h, ctx := f.h, context.Background()
+	h.srv.Start()
+	res, err := h.anon.Enrol(ctx, f.request(t, "0", f.inst["0"], f.tok))
+	if err != nil || res.Session == nil {
+		t.Fatalf("enrol: %+v, %v; want a session", res, err)
+	}
+	<-h.clock.WaitForTimers(1) // the monitor waits for the session's deadline
+	m, err := h.store.Machine(ctx, h.model.UUID, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.LastSeen.Equal(start) {
+		t.Fatalf("machine 0 last seen %v right after its enrolment, want %v", m.LastSeen, start)
+	}
+	h.clock.Advance(api.HeartbeatFlushEvery)
+	<-h.clock.WaitForTimers(1)
+	if b, _, _ := cs.counts(); len(b) != 0 {
+		t.Fatalf("the enrolment cost heartbeat writes %v, want none", b)
+	}
+	agent := h.anon.WithToken(res.Session.Token)
+	if hb, err := agent.Heartbeat(ctx, "default", "0"); err != nil || hb.Life != "alive" {
+		t.Fatalf("heartbeat: %+v, %v", hb, err)
+	}
+	testutil.Eventually(t, "the heartbeat written", func() bool {
+		h.clock.Advance(api.HeartbeatFlushEvery / 10)
+		b, _, _ := cs.counts()
+		return len(b) == 1 && slices.Equal(b[0], []string{"0"})
+	})
+	if m, err = h.store.Machine(ctx, h.model.UUID, "0"); err != nil || !m.LastSeen.Equal(start.Add(api.HeartbeatFlushEvery)) {
+		t.Fatalf("machine 0 last seen %v (%v) after a heartbeat, want %v (the heartbeat's)", m.LastSeen, err, start.Add(api.HeartbeatFlushEvery))
 	}
 }

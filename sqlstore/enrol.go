@@ -158,12 +158,14 @@ func (s *Store) Enrol(ctx context.Context, modelUUID string, es []muster.Enrolme
 				toks[n].handedOut = true // a second enrolment of the batch is a replay
 			}
 		}
-		if err := g.write(ctx, t, modelUUID, s.clock.Now().UTC()); err != nil {
+		now := s.clock.Now().UTC()
+		if err := g.write(ctx, t, modelUUID, now); err != nil {
 			return err
 		}
 		for _, i := range order {
 			if out[i].Err == nil {
 				out[i].Machine = *ms[ids[i]]
+				out[i].Machine.LastSeen = now
 			}
 		}
 		return nil
@@ -204,8 +206,8 @@ func (g *grants) grant(modelUUID string, n int64, m *muster.Machine, e muster.En
 }
 
 // write writes the grants in t: the tokens marked handed out, the
-// machines with their updates (a change each) or only their passwords,
-// the events.
+// machines seen now, with their updates (a change each) or only their
+// passwords, the events.
 func (g *grants) write(ctx context.Context, t *wtx, modelUUID string, now time.Time) error {
 	if len(g.handed) == 0 {
 		return nil
@@ -213,6 +215,11 @@ func (g *grants) write(ctx context.Context, t *wtx, modelUUID string, now time.T
 	if _, err := t.exec(ctx, `UPDATE enrolments SET handed_out = 1 WHERE model_uuid = ? AND `+t.s.d.inList("machine_id"),
 		modelUUID, t.s.d.listArg(g.handed)); err != nil {
 		return fmt.Errorf("mark enrolments: %w", err)
+	}
+	// The agent enrolling is the machine seen now, as a heartbeat is.
+	if _, err := t.exec(ctx, `UPDATE machines SET last_seen = ? WHERE model_uuid = ? AND `+t.s.d.inList("id"),
+		nanos(now), modelUUID, t.s.d.listArg(g.handed)); err != nil {
+		return fmt.Errorf("record enrolled machines seen: %w", err)
 	}
 	if err := t.applyUpdates(ctx, modelUUID, g.reported, g.us); err != nil {
 		return err

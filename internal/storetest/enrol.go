@@ -60,6 +60,9 @@ func testEnrolment(t *testing.T, h *harness) {
 	}
 	if mm, _ := s.Machine(ctx, m.UUID, "1"); mm.PasswordHash != muster.HashSecret("pw-i-1") {
 		t.Fatalf("password hash of machine 1 not replaced: %q", mm.PasswordHash)
+	} else if mm.LastSeen.IsZero() || !mm.LastSeen.Equal(got.LastSeen) {
+		// The enrolling agent is the machine seen, as a heartbeat is.
+		t.Fatalf("machine 1 last seen %v after its enrolment (returned %v), want the enrolment's time", mm.LastSeen, got.LastSeen)
 	}
 	_, err = enrol("i-1", tokA)
 	wantCode(t, "replay", err, muster.EConflict)
@@ -73,8 +76,8 @@ func testEnrolment(t *testing.T, h *harness) {
 	_, err = enrol("i-0", tokA)
 	wantCode(t, "dead machine", err, muster.EConflict)
 	for _, id := range []string{"0", "2", "3"} {
-		if mm, _ := s.Machine(ctx, m.UUID, id); mm.PasswordHash != "old" {
-			t.Errorf("refused enrolment changed machine %s's password hash", id)
+		if mm, _ := s.Machine(ctx, m.UUID, id); mm.PasswordHash != "old" || !mm.LastSeen.IsZero() {
+			t.Errorf("refused enrolment changed machine %s: password hash %q, last seen %v", id, mm.PasswordHash, mm.LastSeen)
 		}
 	}
 	// A new batch for the machine makes its credentials available again,
