@@ -79,6 +79,12 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 	// recorded just after this call, so asking the store would wrongly
 	// find the old instance).
 	restored := !s.isReady()
+	if !restored && s.isEnabled(context.Background()) {
+		// The cloud signs the instance's identity while it boots, on a
+		// goroutine of its own (a start call does not wait for it): the
+		// agent finds the document ready, as on EC2.
+		go s.cloud.PrepareIdentity(inst.ID)
+	}
 	s.runner.Start(inst.ID, func(ctx context.Context) {
 		select {
 		case <-s.ready: // instances restored while the sim opens boot once it is

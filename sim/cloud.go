@@ -106,6 +106,9 @@ type Cloud struct {
 
 	id    *identity                    // signs instance identity documents
 	files map[string]map[string][]byte // instance id → path → data: the instances' disks
+	// signed holds identity documents signed ahead by PrepareIdentity,
+	// until their instance's first IdentityDocument.
+	signed map[string]signedIdentity
 
 	saveDelay time.Duration
 	kick      chan struct{}
@@ -164,6 +167,7 @@ func Open(cfg Config) (*Cloud, error) {
 		instances:    map[string]*Instance{},
 		params:       map[string]*muster.StartParams{},
 		files:        map[string]map[string][]byte{},
+		signed:       map[string]signedIdentity{},
 		tokens:       map[string]string{},
 		addrUsed:     map[string]bool{},
 		limits:       limits{calls: map[string]*bucket{}},
@@ -1027,6 +1031,7 @@ func (c *Cloud) forgetLocked(inst *Instance) {
 	delete(c.instances, inst.ID)
 	delete(c.params, inst.ID)
 	delete(c.files, inst.ID)
+	delete(c.signed, inst.ID)
 	c.untoken(inst)
 	for _, a := range inst.Addresses {
 		c.freeAddr(a)

@@ -117,23 +117,70 @@ func (c *Cloud) IdentityCert() []byte { return c.id.certPEM }
 // document; ECDSA over its SHA-256 with an older state file's key). ENotFound for an unknown instance.
 func (c *Cloud) IdentityDocument(id string) (doc []byte, sig string, err error) {
 	c.mu.Lock()
-	inst := c.instances[id]
-	var d muster.InstanceIdentity
-	if inst != nil {
-		d = muster.InstanceIdentity{InstanceID: inst.ID, Region: IdentityRegion, AvailabilityZone: inst.Zone,
-			InstanceType: inst.InstanceType, AccountID: AccountID, Architecture: inst.Arch,
-			PendingTime: inst.Created.UTC()}
-		if inst.EC2 != nil {
-			d.ImageID = inst.EC2.ImageID
-		}
-		if len(inst.Addresses) > 0 {
-			d.PrivateIP = inst.Addresses[0]
-		}
-	}
+	d, ok := c.identityOf(id)
+	ahead, signed := c.signed[id]
+	delete(c.signed, id)
 	c.mu.Unlock()
-	if inst == nil {
+	if !ok {
 		return nil, "", muster.Errorf(muster.ENotFound, "sim: instance %q not found", id)
 	}
+	if signed && ahead.d == d {
+		return ahead.doc, ahead.sig, nil
+	}
+	return c.signIdentity(d)
+}
+
+// signedIdentity is an identity document signed ahead, with what it says.
+type signedIdentity struct {
+	d   muster.InstanceIdentity
+	doc []byte
+	sig string
+}
+
+// PrepareIdentity signs instance id's identity document ahead of its
+// first IdentityDocument, as EC2 has it ready when the instance boots:
+// the agents of a burst of starts then find theirs signed. The document
+// is kept until that first call (or the instance goes); a later call
+// signs again (the same bytes: the document does not change, Ed25519 is
+// deterministic). An unknown instance is ignored.
+func (c *Cloud) PrepareIdentity(id string) {
+	c.mu.Lock()
+	d, ok := c.identityOf(id)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	doc, sig, err := c.signIdentity(d)
+	if err != nil {
+		return // IdentityDocument signs again and says why
+	}
+	c.mu.Lock()
+	if _, ok := c.instances[id]; ok {
+		c.signed[id] = signedIdentity{d, doc, sig}
+	}
+	c.mu.Unlock()
+}
+
+// identityOf is what instance id's identity document says; c.mu is held.
+func (c *Cloud) identityOf(id string) (muster.InstanceIdentity, bool) {
+	inst := c.instances[id]
+	if inst == nil {
+		return muster.InstanceIdentity{}, false
+	}
+	d := muster.InstanceIdentity{InstanceID: inst.ID, Region: IdentityRegion, AvailabilityZone: inst.Zone,
+		InstanceType: inst.InstanceType, AccountID: AccountID, Architecture: inst.Arch,
+		PendingTime: inst.Created.UTC()}
+	if inst.EC2 != nil {
+		d.ImageID = inst.EC2.ImageID
+	}
+	if len(inst.Addresses) > 0 {
+		d.PrivateIP = inst.Addresses[0]
+	}
+	return d, true
+}
+
+// signIdentity makes the document d and signs it.
+func (c *Cloud) signIdentity(d muster.InstanceIdentity) (doc []byte, sig string, err error) {
 	if doc, err = json.MarshalIndent(d, "", "  "); err != nil {
 		return nil, "", err
 	}

@@ -90,6 +90,41 @@ func TestIdentityDocumentsVerifyAcrossRestartAndRefuseTampering(t *testing.T) {
 	}
 }
 
+// An identity signed ahead (PrepareIdentity, as the controller asks when
+// an instance with an agent starts) is the one IdentityDocument serves:
+// each instance's own, verifying, and the same bytes as when signed on
+// demand.
+func TestIdentitySignedAhead(t *testing.T) {
+	c := openCloud(t, sim.Config{Clock: newClock()})
+	var insts []sim.Instance
+	for range 2 {
+		inst, err := c.AddInstance("a", testController, testModel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		insts = append(insts, inst)
+		c.PrepareIdentity(inst.ID)
+	}
+	c.PrepareIdentity("i-missing") // ignored
+	for _, inst := range insts {
+		doc, sig, err := c.IdentityDocument(inst.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := auth.VerifyIdentity(c.IdentityCert(), doc, sig)
+		if err != nil || id.InstanceID != inst.ID || id.PrivateIP != inst.Addresses[0] {
+			t.Fatalf("instance %s's document signed ahead: %+v, %v", inst.ID, id, err)
+		}
+		again, sig2, err := c.IdentityDocument(inst.ID)
+		if err != nil || !bytes.Equal(again, doc) || sig2 != sig {
+			t.Fatalf("instance %s's document signed on demand differs from the one signed ahead: %v\n%s\n%s", inst.ID, err, again, doc)
+		}
+	}
+	if _, _, err := c.IdentityDocument("i-missing"); muster.ErrorCode(err) != muster.ENotFound {
+		t.Fatalf("unknown instance after PrepareIdentity: got %v, want not-found", err)
+	}
+}
+
 // A new sim signs with Ed25519; a state file from before, with an ECDSA
 // key, keeps that key: its documents still verify with its certificate.
 func TestIdentityKeyOfAnOlderStateFile(t *testing.T) {
