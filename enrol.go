@@ -42,8 +42,9 @@ type EnrolmentStore interface {
 	// the machine's recorded instance and Token one of its enrolment
 	// tokens, sets the machine's password hash to PasswordHash, marks
 	// the credentials handed out and records the machine seen now
-	// (LastSeen, as RecordHeartbeats would: the agent is up). out[i] is es[i]'s outcome, decided on
-	// its own: the machine (its nonce), or ENotFound when there is no such
+	// (LastSeen, as RecordHeartbeats would: the agent is up). out[i] is
+	// es[i]'s outcome, decided on its own: the machine (its nonce, its
+	// LastSeen), or ENotFound when there is no such
 	// machine; EUnavailable when the machine has no instance recorded yet
 	// but this token is its batch's (the batch's instances are recorded
 	// after its start call: try again); EUnauthorized when the instance is

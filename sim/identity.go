@@ -141,8 +141,8 @@ type signedIdentity struct {
 // first IdentityDocument, as EC2 has it ready when the instance boots:
 // the agents of a burst of starts then find theirs signed. The document
 // is kept until that first call (or the instance goes); a later call
-// signs again (the same bytes: the document does not change, Ed25519 is
-// deterministic). An unknown instance is ignored.
+// signs again (the same document; with Ed25519 the same signature too).
+// An unknown instance is ignored.
 func (c *Cloud) PrepareIdentity(id string) {
 	c.mu.Lock()
 	d, ok := c.identityOf(id)
