@@ -13,25 +13,34 @@ import (
 // takes every item queued by then, one commit call per model. A request
 // is still answered only once its item is committed, and an idle
 // controller adds no delay: the first item goes at once. In a burst, a
-// commit is followed by a short linger when few items wait, so that the
-// next batch is not one or two items (a commit's fixed cost, not its
+// commit is followed by a short linger when few items wait, ended as soon
+// as a batch's worth waits, so that the next batch is not one or two items (a commit's fixed cost, not its
 // items, was most of an enrolment's store time). Thousands of agents
 // writing at once cost the store's single writer hundreds of
 // transactions, not thousands.
 type groupCommit[T any] struct {
 	// commit commits one model's items and returns each one's outcome.
 	commit func(model string, items []T) []error
-	// linger waits for a burst's next items (lingerFor); tests replace it.
+	// linger waits for a burst's next items; default lingerUntilFull.
+	// Tests replace it.
 	linger func()
+	// lingerFor bounds the default linger; zero means the package's
+	// lingerFor (tests lengthen it).
+	lingerFor time.Duration
 
 	mu      sync.Mutex
 	pending map[string][]queued[T] // by model
+	n       int                    // items pending
 	busy    bool                   // a committer runs
+	// wake is set while the committer lingers (lingerUntilFull) and
+	// closed once lingerBelow items wait.
+	wake chan struct{}
 }
 
-// lingerFor is how long a committer waits after a commit for the next
-// items of a burst, when fewer than lingerBelow wait: an item's added
-// latency, against a transaction per item or two.
+// lingerFor is how long at most a committer waits after a commit for the
+// next items of a burst, when fewer than lingerBelow wait (it commits as
+// soon as lingerBelow do): an item's added latency, against a transaction
+// per item or two.
 const (
 	lingerFor   = 2 * time.Millisecond
 	lingerBelow = 32
@@ -52,6 +61,10 @@ func (g *groupCommit[T]) do(ctx context.Context, model string, item T) error {
 		g.pending = map[string][]queued[T]{}
 	}
 	g.pending[model] = append(g.pending[model], q)
+	if g.n++; g.wake != nil && g.n >= lingerBelow {
+		close(g.wake)
+		g.wake = nil
+	}
 	start := !g.busy
 	g.busy = true
 	g.mu.Unlock()
@@ -74,7 +87,7 @@ func (g *groupCommit[T]) run() {
 			if g.linger != nil {
 				g.linger()
 			} else {
-				time.Sleep(lingerFor)
+				g.lingerUntilFull()
 			}
 		}
 		g.mu.Lock()
@@ -84,7 +97,7 @@ func (g *groupCommit[T]) run() {
 			g.mu.Unlock()
 			return
 		}
-		g.pending = map[string][]queued[T]{}
+		g.pending, g.n = map[string][]queued[T]{}, 0
 		g.mu.Unlock()
 		for model, qs := range batch {
 			items := make([]T, len(qs))
@@ -98,15 +111,36 @@ func (g *groupCommit[T]) run() {
 	}
 }
 
+// lingerUntilFull waits until lingerBelow items wait, or lingerFor.
+func (g *groupCommit[T]) lingerUntilFull() {
+	d := g.lingerFor
+	if d == 0 {
+		d = lingerFor
+	}
+	g.mu.Lock()
+	if g.n >= lingerBelow { // filled since the committer looked
+		g.mu.Unlock()
+		return
+	}
+	wake := make(chan struct{})
+	g.wake = wake
+	g.mu.Unlock()
+	t := time.NewTimer(d)
+	select {
+	case <-wake:
+	case <-t.C:
+	}
+	t.Stop()
+	g.mu.Lock()
+	g.wake = nil
+	g.mu.Unlock()
+}
+
 // queued returns how many items wait.
 func (g *groupCommit[T]) queued() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := 0
-	for _, qs := range g.pending {
-		n += len(qs)
-	}
-	return n
+	return g.n
 }
 
 // agentWrites group-commits what agents write: machine updates with their

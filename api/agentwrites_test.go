@@ -282,3 +282,45 @@ func TestGroupCommitLingers(t *testing.T) {
 		t.Fatalf("committer did %q, want %q", got, want)
 	}
 }
+
+// TestGroupCommitLingerEndsWhenFull: a lingering committer does not wait
+// out its linger once a batch's worth of items waits: it commits them at
+// once, together.
+func TestGroupCommitLingerEndsWhenFull(t *testing.T) {
+	var mu sync.Mutex
+	var batches []int
+	g := &groupCommit[int]{
+		commit: func(model string, items []int) []error {
+			mu.Lock()
+			batches = append(batches, len(items))
+			mu.Unlock()
+			return make([]error, len(items))
+		},
+		lingerFor: time.Minute, // only a full queue ends it within the test
+	}
+	ctx := context.Background()
+	if err := g.do(ctx, "m", 0); err != nil { // committed at once; the committer lingers
+		t.Fatal(err)
+	}
+	errs := make(chan error, lingerBelow)
+	for i := range lingerBelow {
+		go func() { errs <- g.do(ctx, "m", i) }()
+	}
+	for range lingerBelow {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%d items queued behind a lingering committer not committed; batches %v", lingerBelow, batches)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, lingerBelow}; !reflect.DeepEqual(batches, want) {
+		t.Fatalf("batches %v, want %v", batches, want)
+	}
+}
