@@ -13,9 +13,10 @@ import (
 // takes every item queued by then, one commit call per model. A request
 // is still answered only once its item is committed, and an idle
 // controller adds no delay: the first item goes at once. In a burst, a
-// commit is followed by a short linger when few items wait, ended as soon
-// as a batch's worth waits, so that the next batch is not one or two items (a commit's fixed cost, not its
-// items, was most of an enrolment's store time). Thousands of agents
+// commit is followed by a short linger when few items wait, ended as
+// soon as a batch's worth waits, so that the next batch is not one or two
+// items (a commit's fixed cost, not its items, was most of an
+// enrolment's store time). Thousands of agents
 // writing at once cost the store's single writer hundreds of
 // transactions, not thousands.
 type groupCommit[T any] struct {

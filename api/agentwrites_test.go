@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strconv"
 	"sync"
@@ -233,26 +234,10 @@ func TestGroupCommitLingers(t *testing.T) {
 			}
 		},
 	}
-	ctx := context.Background()
-	queue := func(n int) chan error {
-		errs := make(chan error, n)
-		for i := range n {
-			go func() { errs <- g.do(ctx, "m", i) }()
-		}
-		return errs
-	}
+	queue := func(n int) chan error { return queueItems(g, n) }
 	wait := func(errs chan error, n int) {
 		t.Helper()
-		for range n {
-			select {
-			case err := <-errs:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("items not committed; the committer did %q", logged())
-			}
-		}
+		waitCommitted(t, errs, n, func() string { return fmt.Sprintf("the committer did %q", logged()) })
 	}
 	first := queue(1)
 	testutil.Eventually(t, "the first item committed at once", func() bool { return len(logged()) == 1 })
@@ -298,29 +283,43 @@ func TestGroupCommitLingerEndsWhenFull(t *testing.T) {
 		},
 		lingerFor: time.Minute, // only a full queue ends it within the test
 	}
-	ctx := context.Background()
-	if err := g.do(ctx, "m", 0); err != nil { // committed at once; the committer lingers
+	if err := g.do(context.Background(), "m", 0); err != nil { // committed at once; the committer lingers
 		t.Fatal(err)
 	}
-	errs := make(chan error, lingerBelow)
-	for i := range lingerBelow {
-		go func() { errs <- g.do(ctx, "m", i) }()
+	waitCommitted(t, queueItems(g, lingerBelow), lingerBelow, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("%d queued behind a lingering committer; batches %v", lingerBelow, batches)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, lingerBelow}; !reflect.DeepEqual(batches, want) {
+		t.Fatalf("batches %v, want %v", batches, want)
 	}
-	for range lingerBelow {
+}
+
+// queueItems queues items 0…n-1 of model "m" in g, each from a goroutine
+// of its own, and returns their outcomes' channel.
+func queueItems(g *groupCommit[int], n int) chan error {
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- g.do(context.Background(), "m", i) }()
+	}
+	return errs
+}
+
+// waitCommitted waits for n outcomes on errs, failing the test on an error
+// or when they do not all come within 10 s (what says what was seen).
+func waitCommitted(t *testing.T, errs chan error, n int, what func() string) {
+	t.Helper()
+	for range n {
 		select {
 		case err := <-errs:
 			if err != nil {
 				t.Fatal(err)
 			}
 		case <-time.After(10 * time.Second):
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("%d items queued behind a lingering committer not committed; batches %v", lingerBelow, batches)
+			t.Fatalf("items not committed: %s", what())
 		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{1, lingerBelow}; !reflect.DeepEqual(batches, want) {
-		t.Fatalf("batches %v, want %v", batches, want)
 	}
 }
