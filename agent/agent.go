@@ -155,6 +155,10 @@ type session struct {
 	life     string
 }
 
+// Enrolling reports whether the agent enrols when it runs (its config
+// has an enrolment token and no credentials yet).
+func (a *Agent) Enrolling() bool { return a.cfg.Enrolling() }
+
 // New returns the agent of cfg, ready to Run; an invalid cfg is an
 // invalid error.
 func New(cfg muster.AgentConfig, opts Options) (*Agent, error) {

@@ -45,6 +45,14 @@ func NewRunner(clock muster.Clock, bootDelay time.Duration) *Runner {
 // instance counts as running from Start until boot returns or is
 // cancelled. Start after Close does nothing.
 func (r *Runner) Start(id string, boot func(ctx context.Context)) {
+	r.StartPrepared(id, func() func(context.Context) { return boot })
+}
+
+// StartPrepared is Start with a boot function that prepare makes on the
+// instance's goroutine as its boot delay begins: what an agent sets up
+// while its machine boots is ready when the delay ends, instead of adding
+// to the work of every agent booting at once. A nil boot does nothing.
+func (r *Runner) StartPrepared(id string, prepare func() (boot func(ctx context.Context))) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	e := &runEntry{cancel: cancel}
 	r.mu.Lock()
@@ -71,13 +79,16 @@ func (r *Runner) Start(id string, boot func(ctx context.Context)) {
 			r.mu.Unlock()
 		}()
 		t := r.clock.NewTimer(r.bootDelay)
+		boot := prepare()
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		boot(ctx)
+		if boot != nil {
+			boot(ctx)
+		}
 	}()
 }
 

@@ -165,3 +165,34 @@ func TestSimulatedIdentityEndsWithContext(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
+
+// StartPrepared makes the boot function as the boot delay begins: done
+// before the delay ends, run only once it has; a nil one boots nothing.
+func TestRunnerStartPreparedPreparesDuringTheDelay(t *testing.T) {
+	clock := fakeclock.New(start)
+	r := agent.NewRunner(clock, time.Second)
+	defer r.Close()
+	var log bootLog
+	prepared := make(chan string, 2)
+	r.StartPrepared("i-1", func() func(context.Context) {
+		prepared <- "i-1"
+		return log.boot("i-1")
+	})
+	r.StartPrepared("i-2", func() func(context.Context) {
+		prepared <- "i-2"
+		return nil
+	})
+	<-clock.WaitForTimers(2)
+	for range 2 {
+		select {
+		case <-prepared:
+		case <-time.After(10 * time.Second):
+			t.Fatal("not prepared while the boot delay runs")
+		}
+	}
+	if b, _ := log.counts(); b != 0 {
+		t.Fatalf("booted before the boot delay: %d", b)
+	}
+	clock.Advance(time.Second)
+	testutil.Eventually(t, "i-1 booted and i-2 done", func() bool { b, _ := log.counts(); return b == 1 && r.Count() == 1 })
+}

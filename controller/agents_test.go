@@ -291,6 +291,56 @@ func TestSimAgentsStartMachines(t *testing.T) {
 	}
 }
 
+// An agent made during its instance's boot delay is made again at boot
+// when an earlier boot's agent enrolled meanwhile: it logs in with the
+// kept credentials instead of enrolling a second time (refused).
+func TestSimAgentMadeAgainWhenEnrolledDuringBoot(t *testing.T) {
+	ac := openAgentsController(t, Config{})
+	ac.setConfig(t, "default", map[string]string{"sim-agents": "false"})
+	// A batch (one zone): its instances enrol with the batch's token.
+	ids := ac.addMachines(t, "default", api.AddMachinesRequest{Count: 2, Placement: "zone=a"})
+	st := ac.waitMachines(t, "default", "running", ids, func(m api.MachineStatus) bool { return m.InstanceStatus == "running" })
+	agents := ac.ctrl.runner(ac.modelUUID(t, "default")).provider.simAgents
+	inst := st.Machines[ids[0]].InstanceID
+	cfg, err := muster.ParseAgentConfig(agents.cloud.UserData(inst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.APIAddresses, cfg.CACert = []string{agents.apiURL}, agents.caCert
+	// The agent made as the boot delay began: nothing kept yet, it enrols.
+	pre, err := agents.newAgent(inst, cfg, muster.Hardware{}, nil)
+	if err != nil || !pre.Enrolling() {
+		t.Fatalf("agent made before any enrolment: enrolling %v, err %v", err == nil && pre.Enrolling(), err)
+	}
+	// An earlier boot's agent enrols meanwhile and keeps its config.
+	ctx, cancel := context.WithCancel(context.Background())
+	earlier, err := agents.newAgent(inst, cfg, muster.Hardware{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- earlier.Run(ctx) }()
+	testutil.EventuallyWithin(t, agentsDeadline, "the earlier agent's config kept", func() bool { return agents.kept(inst) })
+	cancel()
+	<-done
+	ac.setConfig(t, "default", map[string]string{"sim-agents": "true"})
+	testutil.EventuallyWithin(t, agentsDeadline, "sim-agents on", func() bool { return agents.isEnabled(context.Background()) })
+
+	bctx, bcancel := context.WithCancel(context.Background())
+	booted := make(chan struct{})
+	go func() {
+		defer close(booted)
+		agents.boot(bctx, inst, cfg, muster.Hardware{}, nil, false, pre)
+	}()
+	defer func() { bcancel(); <-booted }()
+	testutil.EventuallyWithin(t, agentsDeadline, "the booted agent logged in or was refused", func() bool {
+		return countEvents(t, ac, "default", "login") >= 2 || countEvents(t, ac, "default", "enrol-refused") > 0
+	})
+	if n := countEvents(t, ac, "default", "enrol-refused"); n != 0 {
+		t.Fatalf("%d enrolments refused: the agent made before the enrolment enrolled again", n)
+	}
+}
+
 // SPEC §3.1: sim-agents=false runs no agents: machines stay pending while
 // their instances run.
 func TestSimAgentsOff(t *testing.T) {

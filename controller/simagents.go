@@ -79,34 +79,58 @@ func (s *simAgents) onStart(inst sim.Instance, p muster.StartParams) {
 	// recorded just after this call, so asking the store would wrongly
 	// find the old instance).
 	restored := !s.isReady()
-	if !restored && s.isEnabled(context.Background()) {
+	early := !restored && s.isEnabled(context.Background())
+	if early {
 		// The cloud signs the instance's identity while it boots, on a
 		// goroutine of its own (a start call does not wait for it): the
 		// agent finds the document ready, as on EC2.
 		go s.cloud.PrepareIdentity(inst.ID)
 	}
-	s.runner.Start(inst.ID, func(ctx context.Context) {
-		select {
-		case <-s.ready: // instances restored while the sim opens boot once it is
-		case <-ctx.Done():
-			return
+	s.runner.StartPrepared(inst.ID, func() func(context.Context) {
+		// A new instance's agent is made (its config read and checked,
+		// its client built) while the instance boots, as a real one starts
+		// during the boot: ten thousand booting at once then only enrol.
+		var pre *agent.Agent
+		if early {
+			pre, _ = s.newAgent(inst.ID, cfg, hw, addrs) // an error is the boot's to report
 		}
-		if !s.isEnabled(ctx) || (restored && s.released(ctx, inst.ID, cfg.Machine)) {
-			s.skipped.Add(1)
-			return
-		}
-		if !s.cloud.AgentBoots() { // scripted boot failure (R1)
-			s.log.Info("simulated agent never boots (agent-boot-failure-rate)", "instance", inst.ID)
-			return
-		}
-		a, err := s.newAgent(inst.ID, cfg, hw, addrs)
-		if err == nil {
-			err = a.Run(ctx)
-		}
-		if err != nil {
-			s.log.Info("simulated agent stopped", "instance", inst.ID, "machine", cfg.Machine, "err", err)
-		}
+		return func(ctx context.Context) { s.boot(ctx, inst.ID, cfg, hw, addrs, restored, pre) }
 	})
+}
+
+// boot runs the agent of instance id once its boot delay has passed: pre,
+// when made during the delay and still right, else a new one.
+func (s *simAgents) boot(ctx context.Context, id string, cfg muster.AgentConfig, hw muster.Hardware, addrs []string, restored bool, pre *agent.Agent) {
+	select {
+	case <-s.ready: // instances restored while the sim opens boot once it is
+	case <-ctx.Done():
+		return
+	}
+	if !s.isEnabled(ctx) || (restored && s.released(ctx, id, cfg.Machine)) {
+		s.skipped.Add(1)
+		return
+	}
+	if !s.cloud.AgentBoots() { // scripted boot failure (R1)
+		s.log.Info("simulated agent never boots (agent-boot-failure-rate)", "instance", id)
+		return
+	}
+	a, err := pre, error(nil)
+	if a == nil || (a.Enrolling() && s.kept(id)) { // an earlier boot's agent enrolled meanwhile
+		a, err = s.newAgent(id, cfg, hw, addrs)
+	}
+	if err == nil {
+		err = a.Run(ctx)
+	}
+	if err != nil {
+		s.log.Info("simulated agent stopped", "instance", id, "machine", cfg.Machine, "err", err)
+	}
+}
+
+// kept reports whether instance id's disk holds an enrolled agent's
+// config.
+func (s *simAgents) kept(id string) bool {
+	_, ok := s.cloud.ReadFile(id, agent.SimConfigPath)
+	return ok
 }
 
 // newAgent makes the agent of instance id. It is a function of its own so
