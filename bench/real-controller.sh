@@ -16,6 +16,9 @@
 #   AGENTS=true    false sets sim-agents=false on the model first
 #   BUSY=false     true keeps one core busy with another process meanwhile
 #   PORT=27070     API port on 127.0.0.1 (METRICS_PORT=PORT+1)
+#   WATCH=true     false: no status reads while the machines converge
+#   AFTER=0        once converged, time this many more status reads
+#                  one after the other (after_status=… in seconds)
 # Requires: go, curl, awk. Linux (/proc for the peak RSS).
 set -euo pipefail
 
@@ -25,6 +28,8 @@ BUSY=${BUSY:-false}
 PORT=${PORT:-27070}
 METRICS_PORT=${METRICS_PORT:-$((PORT + 1))}
 TIMEOUT=${TIMEOUT:-300}
+AFTER=${AFTER:-0}
+WATCH=${WATCH:-true}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -70,7 +75,7 @@ if [ "$AGENTS" = false ]; then label=instance_status value=running; fi
 
 # The status reader: every 0.5 s, its duration or FAIL, until told to stop.
 (
-	while [ ! -f "$work/stop" ]; do
+	while [ "$WATCH" = true ] && [ ! -f "$work/stop" ]; do
 		t0=$(now)
 		if m status --format json >/dev/null 2>>"$work/status.err"; then
 			echo "$(now) $t0" | awk '{ printf "%.3f\n", $1 - $2 }'
@@ -97,11 +102,18 @@ seconds=$(awk -v s="$start" -v n="$(now)" 'BEGIN { printf "%.2f", n - s }')
 touch "$work/stop"
 wait "$reader"
 
+after=
+for _ in $(seq "$AFTER"); do
+	t0=$(now)
+	m status --format json >/dev/null
+	after="$after$(echo "$(now) $t0" | awk '{ printf "%.3f", $1 - $2 }'),"
+done
+
 rss=$(awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$ctrl_pid/status")
 cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$ctrl_pid/stat")
-worst=$(grep -v FAIL "$work/status.times" | sort -n | tail -1)
+worst=$( (grep -v FAIL "$work/status.times" || true) | sort -n | tail -1)
 failures=$(grep -c FAIL "$work/status.times" || true)
 restarts=$(grep -c -e 'provisioner failed; restarting' -e 'provisioner stopped.*why=' "$work/controller.log" || true)
 emfile=$(grep -c 'too many open files' "$work/controller.log" || true)
 noisy=$(grep -c -e 'level=WARN' -e 'level=ERROR' "$work/controller.log" || true)
-echo "agents=$AGENTS busy=$BUSY machines=$N seconds=$seconds worst_status=${worst:-none} status_failures=$failures peak_rss_mb=$rss cpu_seconds=$cpu restarts=$restarts emfile=$emfile warn_error_lines=$noisy"
+echo "agents=$AGENTS busy=$BUSY machines=$N seconds=$seconds worst_status=${worst:-none} status_failures=$failures peak_rss_mb=$rss cpu_seconds=$cpu restarts=$restarts emfile=$emfile warn_error_lines=$noisy${after:+ after_status=${after%,}}"
