@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +86,54 @@ func TestOpenBadPollInterval(t *testing.T) {
 		if got := muster.ErrorCode(err); got != muster.EInvalid {
 			t.Fatalf("poll interval %s: got %v (code %q), want code %q", d, err, got, muster.EInvalid)
 		}
+	}
+}
+
+// Commits closer together than the watch gap are read together: the two
+// machines added one after the other, within the gap of the watcher's
+// first read, come in one change set.
+func TestWatchGapReadsABurstTogether(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlstore.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "gap.db"),
+		sqlstore.WithWatchGap(time.Second), sqlstore.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m, err := s.CreateModel(ctx, muster.Model{Name: "gap", Provider: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Watch(ctx, m.UUID, 0, muster.ChangeMachine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	<-w.Changes() // the initial set, read at once
+	var ids []string
+	for range 2 { // two commits
+		ms, err := s.AddMachines(ctx, m.UUID, []muster.MachineTemplate{{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ms[0].ID)
+	}
+	select {
+	case cs := <-w.Changes():
+		if !slices.Equal(cs.Machines, ids) {
+			t.Fatalf("first change set after the burst names %v, want both machines %v", cs.Machines, ids)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no change set after the burst")
+	}
+}
+
+func TestOpenBadWatchGap(t *testing.T) {
+	s, err := sqlstore.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "x.db"), sqlstore.WithWatchGap(-time.Second))
+	if err == nil {
+		s.Close()
+	}
+	if !muster.IsCode(err, muster.EInvalid) || !strings.Contains(err.Error(), "watch gap") {
+		t.Fatalf("open with a negative watch gap: %v, want an invalid error naming the watch gap", err)
 	}
 }

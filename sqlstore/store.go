@@ -43,6 +43,7 @@ type Store struct {
 	clock muster.Clock
 	log   *slog.Logger
 	poll  time.Duration
+	gap   time.Duration // WithWatchGap
 
 	stmtMu sync.Mutex
 	wstmts map[string]*sql.Stmt // prepared on wdb, keyed by query text
@@ -65,6 +66,7 @@ type options struct {
 	poll  time.Duration
 	// pollSet says WithPollInterval was given.
 	pollSet bool
+	gap     time.Duration
 }
 
 // WithClock sets the clock that stamps created, updated and event times;
@@ -82,6 +84,18 @@ func WithPollInterval(d time.Duration) Option {
 	return func(o *options) { o.poll, o.pollSet = d, true }
 }
 
+// WithWatchGap sets the least time between two reads of a watcher
+// (default DefaultWatchGap): commits that follow each other closer than
+// that (a burst) are read and delivered together, so a watcher and its
+// consumer handle a few larger change sets instead of one per commit. A
+// commit after a quiet spell is read at once. Zero reads every commit.
+func WithWatchGap(d time.Duration) Option { return func(o *options) { o.gap = d } }
+
+// DefaultWatchGap is the watchers' least time between reads: a tenth of
+// the per-event target's 50 ms, while a burst of agents enrolling commits
+// every few milliseconds.
+const DefaultWatchGap = 20 * time.Millisecond
+
 // Open opens the store at url, creating the database schema and applying
 // migrations as needed:
 //
@@ -90,7 +104,7 @@ func WithPollInterval(d time.Duration) Option {
 //     "postgresql://…"): PostgreSQL, with pgx's URL parameters; a
 //     search_path parameter selects the schema, which must exist.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
-	o := options{clock: muster.SystemClock, log: slog.Default()}
+	o := options{clock: muster.SystemClock, log: slog.Default(), gap: DefaultWatchGap}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -102,6 +116,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		o.poll = 250 * time.Millisecond
 	case o.poll <= 0:
 		return nil, muster.Errorf(muster.EInvalid, "bad poll interval %s: want more than zero", o.poll)
+	}
+	if o.gap < 0 {
+		return nil, muster.Errorf(muster.EInvalid, "bad watch gap %s: want zero or more", o.gap)
 	}
 	var s *Store
 	var err error
@@ -173,6 +190,7 @@ func newStore(d *dialect, o options) *Store {
 		clock:  o.clock,
 		log:    o.log,
 		poll:   o.poll,
+		gap:    o.gap,
 		notify: map[string]chan struct{}{},
 		done:   make(chan struct{}),
 		wstmts: map[string]*sql.Stmt{},

@@ -151,10 +151,16 @@ func (w *watcher) run(ctx context.Context) {
 	defer close(w.ch)
 	ticker := time.NewTicker(w.s.poll)
 	defer ticker.Stop()
+	var lastRead time.Time
 	for {
 		// Take the notification channel before reading, so that a commit
 		// after the read always wakes us.
 		notify := w.s.notifier(w.model)
+		if err := w.spaceReads(ctx, lastRead); err != nil {
+			w.stop(ctx, err)
+			return
+		}
+		lastRead = time.Now()
 		if err := w.read(ctx); err != nil {
 			w.stop(ctx, err)
 			return
@@ -184,6 +190,25 @@ func (w *watcher) run(ctx context.Context) {
 			}
 			break wait
 		}
+	}
+}
+
+// spaceReads waits until the store's watch gap (WithWatchGap) has passed
+// since the last read; nil means read, else why the watcher stops.
+func (w *watcher) spaceReads(ctx context.Context, last time.Time) error {
+	wait := w.s.gap - time.Since(last)
+	if last.IsZero() || wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.s.done:
+		return errClosed
 	}
 }
 
