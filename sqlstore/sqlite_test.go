@@ -110,14 +110,7 @@ func TestWatchGapReadsABurstTogether(t *testing.T) {
 	}
 	defer w.Close()
 	<-w.Changes() // the initial set, read at once
-	var ids []string
-	for range 2 { // two commits
-		ms, err := s.AddMachines(ctx, m.UUID, []muster.MachineTemplate{{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, ms[0].ID)
-	}
+	ids := []string{addOne(t, s, m.UUID), addOne(t, s, m.UUID)} // two commits
 	select {
 	case cs := <-w.Changes():
 		if !slices.Equal(cs.Machines, ids) {
