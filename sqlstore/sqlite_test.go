@@ -110,7 +110,9 @@ func TestWatchGapReadsABurstTogether(t *testing.T) {
 	}
 	defer w.Close()
 	<-w.Changes() // the initial set, read at once
-	ids := []string{addOne(t, s, m.UUID), addOne(t, s, m.UUID)} // two commits
+
+	// Two commits, then the first change set after them.
+	ids := []string{addOne(t, s, m.UUID), addOne(t, s, m.UUID)}
 	select {
 	case cs := <-w.Changes():
 		if !slices.Equal(cs.Machines, ids) {
