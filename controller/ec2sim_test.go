@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +134,36 @@ func countEvents(tb testing.TB, ac *agentsController, model, kind string) int {
 		}
 	}
 	return n
+}
+
+// A sim model on a served sim takes the sim's identity certificate at
+// open (its agents, run by the sim server, enrol with documents it
+// verifies); a sim that does not give one fails the open with an error
+// naming it.
+func TestRemoteSimModelTakesTheSimsIdentityCert(t *testing.T) {
+	ctx := context.Background()
+	env := func(ep string) ProviderEnv {
+		return ProviderEnv{ControllerUUID: "c", Model: muster.Model{UUID: "u", Name: "m", Provider: "sim", Config: map[string]string{"endpoint": ep}},
+			Logger: slog.New(slog.DiscardHandler)}
+	}
+	cloud, err := sim.Open(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cloud.Close()
+	srv := httptest.NewServer(sim.NewServer(cloud))
+	defer srv.Close()
+	mp, err := openSimProvider(ctx, env(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	if string(mp.IdentityCert) != string(cloud.IdentityCert()) {
+		t.Errorf("identity certificate %q, want the sim's", mp.IdentityCert)
+	}
+	notSim := httptest.NewServer(http.NotFoundHandler())
+	defer notSim.Close()
+	if _, err := openSimProvider(ctx, env(notSim.URL)); err == nil || !strings.Contains(err.Error(), "identity certificate") {
+		t.Errorf("open on a server that is no sim: %v, want an error naming the identity certificate", err)
+	}
 }

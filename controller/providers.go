@@ -137,12 +137,18 @@ func parseZoneList(s string) ([]string, error) {
 // openSimProvider opens a model's sim: a `muster sim serve` at the config's
 // endpoint, or else an embedded cloud whose state lives in the data dir so
 // its instances survive a controller restart. The embedded sim runs
-// simulated agents (SPEC §3.1); a remote sim has no hook for them, so its
-// machines stay pending.
+// simulated agents (SPEC §3.1) in the controller; a remote sim runs them
+// in its own process, and they enrol with identity documents that the
+// sim's certificate, read here, verifies: a sim that cannot be asked for
+// it fails the open (the model is started again later).
 func openSimProvider(ctx context.Context, env ProviderEnv) (*ModelProvider, error) {
 	if ep := env.Model.Config["endpoint"]; ep != "" {
+		cert, err := simIdentityCert(ctx, ep)
+		if err != nil {
+			return nil, fmt.Errorf("sim at %s: instance identity certificate: %w", ep, err)
+		}
 		c := sim.NewClient(ep, nil)
-		return &ModelProvider{Provider: c.Provider(env.ControllerUUID, env.Model.UUID), Close: func() error { return nil }}, nil
+		return &ModelProvider{Provider: c.Provider(env.ControllerUUID, env.Model.UUID), IdentityCert: cert, Close: func() error { return nil }}, nil
 	}
 	zones := []string{"a", "b", "c"}
 	if z := env.Model.Config["zones"]; z != "" {

@@ -200,8 +200,8 @@ func TestCrashKilledControllerC4(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch-starts=%v", batch), func(t *testing.T) { testCrashKilledController(t, batch, false) })
 	}
-	// Replacements in flight (R1): no agent ever registers (a sim model on
-	// a served sim runs none) and registration-timeout is 3s, so machines
+	// Replacements in flight (R1): no agent ever registers (the served
+	// sim runs none) and registration-timeout is 3s, so machines
 	// are replaced again and again while the controller is killed; the
 	// timeout is then switched off and C4 checked as above.
 	t.Run("replacements", func(t *testing.T) { testCrashKilledController(t, true, true) })
@@ -221,7 +221,11 @@ func testCrashKilledController(t *testing.T, batch, replace bool) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	pt := newProcTest(t)
-	simProc, simURL := pt.startSim("--state", filepath.Join(pt.tmp, "sim-state.json"))
+	simArgs := []string{"--state", filepath.Join(pt.tmp, "sim-state.json")}
+	if replace {
+		simArgs = append(simArgs, "--sim-agents=false") // no agent registers
+	}
+	simProc, simURL := pt.startSim(simArgs...)
 	defer simProc.stop()
 	ctrl := pt.startController()
 	defer func() { ctrl.stop() }()

@@ -219,3 +219,54 @@ func TestE2EEC2Model(t *testing.T) {
 	}
 	converged(status())
 }
+
+// TestE2ESimModelOnServedSim runs README's shared-cloud setup on one
+// controller: a sim model whose endpoint is a separate `muster sim
+// serve`. The sim server runs the agents of the instances the model
+// starts, so every machine reaches started, and remove-machine without
+// --force finishes (the agent makes its machine dead), leaving the sim
+// without the machine's instance.
+func TestE2ESimModelOnServedSim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs real processes; skipped with -short")
+	}
+	pt := newProcTest(t)
+	simProc, simURL := pt.startSim("--zones", "a,b,c")
+	defer simProc.stop()
+	ctrl, _ := pt.startControllerOn("127.0.0.1:0")
+	defer func() { ctrl.stop() }()
+	cli := pt.cli
+	status := func() api.StatusScript {
+		t.Helper()
+		var st api.StatusScript
+		if err := json.Unmarshal([]byte(cli("-m", "shared", "status", "--format", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	cli("add-model", "shared", "--provider", "sim", "--config", "endpoint="+simURL)
+	cli("-m", "shared", "add-machine", "-n", "3")
+	testutil.Eventually(t, "3 machines started, their instances running", func() bool {
+		st := status()
+		n := 0
+		for _, m := range st.Machines {
+			if m.Status == string(muster.StatusStarted) && m.InstanceStatus == "running" {
+				n++
+			}
+		}
+		return len(st.Machines) == 3 && n == 3
+	})
+	gone := status().Machines["0"].InstanceID
+	cli("-m", "shared", "remove-machine", "0")
+	testutil.Eventually(t, "machine 0 removed without --force and its instance gone", func() bool {
+		if _, ok := status().Machines["0"]; ok {
+			return false
+		}
+		for _, inst := range simInstancesOf(t, simURL) {
+			if inst.ID == gone {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -36,11 +36,13 @@ names the EC2-compatible endpoint (http://HOST:PORT, also at /ec2/) and the key 
 its SigV4 signatures must be made with (--ec2-access-key, --ec2-secret-key).
 
 An instance whose user data carries a muster agent config (the cloud-init
-user data of muster's ec2 provider) runs a simulated agent in this process
+user data of muster's ec2 provider, or the config a sim model with
+endpoint=URL starts it with) runs a simulated agent in this process
 once it is running: the real agent code, logging in to the controller named
 in the config and trusting only the CA in it, so that its machine becomes
 started. Stopping or terminating the instance stops its agent.
---sim-agents=false turns this off.`,
+--sim-agents=false turns this off (a sim model's sim-agents setting applies
+to its embedded sim only).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			zcs, err := simserver.ParseZones(zones)

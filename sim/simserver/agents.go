@@ -1,6 +1,7 @@
 package simserver
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"time"
@@ -12,8 +13,9 @@ import (
 )
 
 // agents runs the simulated agents of `muster sim serve`: for each
-// instance whose user data carries a muster agent config (read as the
-// instance's boot script would, for its launch index), the real agent code
+// instance whose user data carries a muster agent config (an EC2 launch's
+// cloud-init, read as the instance's boot script would for its launch
+// index, or the JSON config a sim model's start sends), the real agent code
 // runs in this process once the instance has booted, against the
 // controller addresses in the config and trusting only the CA in it. A
 // stopped or terminated instance stops its agent.
@@ -38,7 +40,7 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 	if inst.EC2 != nil {
 		index = inst.EC2.LaunchIndex
 	}
-	cfg, ok, err := cloudinit.AgentConfigOf(p.UserData, index)
+	cfg, ok, err := agentConfigOf(p.UserData, index)
 	if err != nil {
 		s.log.Warn("no simulated agent: bad agent config in user data", "instance", inst.ID, "err", err)
 		return
@@ -71,6 +73,19 @@ func (s *agents) onStart(inst sim.Instance, p muster.StartParams) {
 			log.Info("simulated agent stopped", "machine", cfg.Machine, "err", err)
 		}
 	})
+}
+
+// agentConfigOf returns the agent config user data carries: a JSON
+// object is the config itself (a sim model's start: muster's provisioner
+// gives the sim provider the agent config as the user data), anything else
+// is read as an EC2 launch's cloud-init for the instance's launch index.
+// ok is false when the user data carries no agent config.
+func agentConfigOf(data []byte, launchIndex int) (cfg muster.AgentConfig, ok bool, err error) {
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+		cfg, err := muster.ParseAgentConfig(t)
+		return cfg, err == nil, err
+	}
+	return cloudinit.AgentConfigOf(data, launchIndex)
 }
 
 // setCloud gives the agents the open sim, whose instances they boot on.

@@ -1,6 +1,7 @@
 package simserver
 
 import (
+	"context"
 	"encoding/json"
 	"encoding/pem"
 	"log/slog"
@@ -245,5 +246,73 @@ func TestAgentsAfterSimRestart(t *testing.T) {
 	}
 	if _, ok := fc.login("1"); ok {
 		t.Errorf("the stopped instance's agent logged in")
+	}
+}
+
+// Instances a sim model starts through the sim's own API (the provider's
+// start, whose user data is the JSON agent config muster's provisioner
+// makes) run agents too: one with a password logs in with it, one with a
+// batch token enrols with its instance's identity and then logs in; user
+// data that is a bad agent config, or none, runs no agent.
+func TestAgentsOfSimModelStarts(t *testing.T) {
+	fc := &fakeController{logins: map[string]api.LoginRequest{}, enrols: map[string]string{}, enrolTk: map[string]string{}}
+	srv := httptest.NewTLSServer(fc)
+	defer srv.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+
+	ag := newAgents(slog.New(slog.DiscardHandler), nil, 0)
+	defer ag.close()
+	cloud, err := sim.Open(sim.Config{OnStart: ag.onStart, OnStop: ag.onStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cloud.Close()
+	ag.setCloud(cloud)
+	fc.mu.Lock()
+	fc.cert = cloud.IdentityCert()
+	fc.mu.Unlock()
+
+	userData := func(cfg muster.AgentConfig) []byte {
+		cfg.Controller, cfg.Model, cfg.APIAddresses, cfg.CACert = "c", "m", []string{srv.URL}, ca
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ps := []muster.StartParams{
+		{MachineID: "20", UserData: userData(muster.AgentConfig{Machine: "20", Nonce: "machine-20:n", Password: "pw-20"})},
+		{MachineID: "21", UserData: userData(muster.AgentConfig{Machine: "21", EnrolToken: "the-batch-token"})},
+		{MachineID: "22", UserData: []byte(`{"model": "m"}`)}, // no ca-cert: not a config
+		{MachineID: "23"},
+	}
+	for i := range ps {
+		ps[i].Base, ps[i].LaunchToken = muster.DefaultBase, "tok-"+ps[i].MachineID
+	}
+	byMachine := map[string]string{}
+	for i, out := range cloud.Provider("c", "m").StartInstances(context.Background(), ps) {
+		if out.Err != nil {
+			t.Fatalf("start machine %s: %v", ps[i].MachineID, out.Err)
+		}
+		byMachine[ps[i].MachineID] = out.Result.Instance.ID
+	}
+	testutil.Eventually(t, "machine 20's agent logged in with its password", func() bool {
+		l, ok := fc.login("20")
+		return ok && l.Password == "pw-20" && l.Nonce == "machine-20:n" && l.Model == "m"
+	})
+	testutil.Eventually(t, "machine 21's agent enrolled and logged in", func() bool {
+		l, ok := fc.login("21")
+		return ok && l.Password == "pw-21"
+	})
+	if inst, tok := fc.enrolled("21"); inst != byMachine["21"] || tok != "the-batch-token" {
+		t.Errorf("machine 21 enrolled with instance %q's identity and token %q, want %s's and the batch token", inst, tok, byMachine["21"])
+	}
+	if n := ag.count(); n != 2 {
+		t.Errorf("%d agents run, want 2 (none for a bad config or no user data)", n)
+	}
+	for _, m := range []string{"22", "23"} {
+		if _, ok := fc.login(m); ok {
+			t.Errorf("machine %s's instance ran an agent", m)
+		}
 	}
 }
