@@ -405,6 +405,9 @@ type heartbeats struct {
 	// every beat).
 	armed time.Time
 	kick  chan struct{}
+	// adopting holds the models this controller began to monitor since
+	// run last looked (MonitorModel): their started machines are adopted.
+	adopting map[string]bool
 }
 
 type beat struct {
@@ -416,7 +419,24 @@ type beat struct {
 
 func newHeartbeats(s *Server) *heartbeats {
 	return &heartbeats{s: s, beats: map[sessionKey]*beat{}, byMachine: map[sessionKey]string{},
-		dirty: map[sessionKey]bool{}, kick: make(chan struct{}, 1)}
+		dirty: map[sessionKey]bool{}, kick: make(chan struct{}, 1), adopting: map[string]bool{}}
+}
+
+// MonitorModel tells the server that this controller now runs the
+// model's provisioner (Config.Runtime's Monitors is true for it), e.g.
+// after it took the model over from another controller: the model's
+// machines started meanwhile, whose agents heartbeat to no controller the
+// server knows of, count as having just heartbeaten and are set down if
+// their agents stay silent, as at a start (Start adopts every model's).
+func (s *Server) MonitorModel(modelUUID string) {
+	h := s.hb
+	h.mu.Lock()
+	h.adopting[modelUUID] = true
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
 }
 
 // life returns the machine's life as the monitor knows it, alive when it
@@ -527,9 +547,16 @@ func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
 // just heartbeaten, so a controller restart sets down those whose agents
 // never come back.
 func (h *heartbeats) run(ctx context.Context) {
-	h.adoptStarted(ctx)
+	h.adoptStarted(ctx, nil)
 	var flushAt time.Time // the next flush is due then
 	for {
+		h.mu.Lock()
+		adopting := h.adopting
+		h.adopting = map[string]bool{}
+		h.mu.Unlock()
+		if len(adopting) > 0 {
+			h.adoptStarted(ctx, adopting)
+		}
 		now := h.s.clock.Now()
 		if !now.Before(flushAt) {
 			if h.flush(ctx, now) {
@@ -588,7 +615,9 @@ func (h *heartbeats) run(ctx context.Context) {
 	}
 }
 
-func (h *heartbeats) adoptStarted(ctx context.Context) {
+// adoptStarted gives the started machines the monitor does not track yet
+// a heartbeat now: every model's, or with only those of the models in it.
+func (h *heartbeats) adoptStarted(ctx context.Context, only map[string]bool) {
 	s := h.s
 	models, err := s.store.Models(ctx)
 	if err != nil {
@@ -597,6 +626,9 @@ func (h *heartbeats) adoptStarted(ctx context.Context) {
 	}
 	now := s.clock.Now()
 	for _, m := range models {
+		if only != nil && !only[m.UUID] {
+			continue
+		}
 		ms, err := s.store.Machines(ctx, m.UUID, nil)
 		if err != nil {
 			s.logger.Warn("heartbeat monitor: list machines", "model", m.Name, "err", err)

@@ -195,6 +195,47 @@ func TestHeartbeatAdoptsStarted(t *testing.T) {
 	}
 }
 
+// TestHeartbeatAdoptsStartedOnTakeover: a machine started after the
+// monitor began (its agent heartbeating to the controller that ran its
+// model then) is adopted when this controller begins to monitor the model
+// (MonitorModel, after a takeover): it counts as having just heartbeaten,
+// and goes down once its agent has stayed silent for three periods.
+func TestHeartbeatAdoptsStartedOnTakeover(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{Count: 2})
+	h.provision(t, "0", "a")
+	h.provision(t, "1", "b")
+	started := func(id string) {
+		t.Helper()
+		if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: id, Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed := func(what string) {
+		t.Helper()
+		select {
+		case <-h.clock.WaitForTimers(1):
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the monitor armed no deadline for %s", what)
+		}
+	}
+	started("1")
+	h.srv.Start()
+	armed("machine 1, adopted at the start")
+	h.clock.Advance(20 * time.Second)
+	started("0") // by an agent of another controller
+	h.srv.MonitorModel(h.model.UUID)
+	h.clock.Advance(10 * time.Second)
+	testutil.Eventually(t, "machine 1 down", func() bool { return h.machine(t, "1").Status == muster.StatusDown })
+	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
+		t.Fatalf("machine 0, adopted 10 s ago: got %s, want started", got)
+	}
+	armed("machine 0, adopted by MonitorModel")
+	h.clock.Advance(30 * time.Second)
+	testutil.Eventually(t, "machine 0 down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
+}
+
 // TestRemovedMachineTokenRevoked: once the monitor notices that a machine
 // is gone, its agent's token stops working.
 func TestRemovedMachineTokenRevoked(t *testing.T) {

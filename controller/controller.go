@@ -692,6 +692,11 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 	c.mu.Lock()
 	c.models[m.UUID] = r
 	c.mu.Unlock()
+	if c.api != nil {
+		// Taken over from another controller: the machines whose agents
+		// heartbeated there are set down here unless they come here.
+		c.api.MonitorModel(m.UUID)
+	}
 	log.Info("model runs on this controller", "provider", m.Provider, "controller-id", c.id)
 	return r, nil
 }
