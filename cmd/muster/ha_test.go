@@ -339,7 +339,7 @@ func TestHATwoControllersTakeover(t *testing.T) {
 	if _, err := ca.AddModel(ctx, api.AddModelRequest{Name: "embedded", Provider: "sim"}); muster.ErrorCode(err) != muster.EInvalid || !strings.Contains(err.Error(), "endpoint") {
 		t.Errorf("embedded sim model: got err %v, want invalid naming endpoint", err)
 	}
-	m, err := ca.AddModel(ctx, api.AddModelRequest{Name: "ha", Provider: "sim", Config: map[string]string{"endpoint": cs.srv.URL}})
+	m, err := ca.AddModel(ctx, api.AddModelRequest{Name: "ha", Provider: "sim", Config: map[string]string{"endpoint": cs.srv.URL, "agent-heartbeat": "1s"}})
 	if err != nil {
 		t.Fatalf("add model: %v", err)
 	}
@@ -363,10 +363,34 @@ func TestHATwoControllersTakeover(t *testing.T) {
 		t.Errorf("follower's status: provisioner error %q, zones %v; want no error and 3 available zones", st.ProvisionerError, st.Zones)
 	}
 
+	// The first machines started, their agents heartbeating to the
+	// leader (none here: the served sim runs no agents): once it has
+	// crashed, the controller that takes over sets them down when no
+	// heartbeat reaches it within three periods.
+	var up []muster.MachineUpdate
+	for _, id := range first {
+		up = append(up, muster.MachineUpdate{ID: id, Status: muster.Ptr(muster.StatusStarted)})
+	}
+	if err := leader.Store().UpdateMachines(ctx, m.UUID, up); err != nil {
+		t.Fatal(err)
+	}
+
 	leader.Crash()
 	crashed := time.Now()
 	testutil.EventuallyWithin(t, takeoverDeadline, "the other controller runs the model's provisioner", func() bool { return follower.Runs(m.UUID) })
 	t.Logf("the other controller ran the provisioner %s after the crash (lease TTL %s): an observation, not a check", time.Since(crashed).Round(10*time.Millisecond), a.Config().LeaseTTL)
+	testutil.EventuallyWithin(t, takeoverDeadline, "the machines started under the crashed controller set down by the other", func() bool {
+		st, err := fc.Status(ctx, "ha")
+		if err != nil {
+			return false
+		}
+		for _, id := range first {
+			if st.Machines[id].Status != string(muster.StatusDown) {
+				return false
+			}
+		}
+		return true
+	})
 	more := addMachines(t, fc, "ha", 3)
 	testutil.EventuallyWithin(t, takeoverDeadline, "machines added after the crash provisioned by the other controller", func() bool {
 		return allProvisioned(t, fc, "ha", more)
