@@ -411,10 +411,11 @@ type heartbeats struct {
 }
 
 type beat struct {
-	last   time.Time
-	period time.Duration
-	down   bool
-	life   muster.Life // as last read or set; "" until known
+	last    time.Time
+	period  time.Duration
+	down    bool
+	life    muster.Life // as last read or set; "" until known
+	flushed time.Time   // the last seen this server last wrote for it
 }
 
 func newHeartbeats(s *Server) *heartbeats {
@@ -433,6 +434,11 @@ func (s *Server) MonitorModel(modelUUID string) {
 	h.mu.Lock()
 	h.adopting[modelUUID] = true
 	h.mu.Unlock()
+	h.wake()
+}
+
+// wake makes run look at the beats again at once.
+func (h *heartbeats) wake() {
 	select {
 	case h.kick <- struct{}{}:
 	default:
@@ -512,10 +518,7 @@ func (h *heartbeats) note(sess *agentSession, write bool) (wasDown bool) {
 	sooner := period > 0 && (h.armed.IsZero() || now.Add(MissedHeartbeats*period).Before(h.armed))
 	h.mu.Unlock()
 	if sooner || firstDirty {
-		select {
-		case h.kick <- struct{}{}:
-		default:
-		}
+		h.wake()
 	}
 	return wasDown
 }
@@ -645,6 +648,25 @@ func (h *heartbeats) adoptStarted(ctx context.Context, only map[string]bool) {
 	}
 }
 
+// heardElsewhere reports whether machine mc's agent heartbeated in time to
+// another controller sharing the store (which wrote it as the machine's
+// last seen in its flush, newer than the monitor's last beat and than
+// what this server's own flushes wrote): the beat moves to then, and run
+// is kicked to watch its new deadline.
+func (h *heartbeats) heardElsewhere(model string, mc muster.Machine, now time.Time) bool {
+	h.mu.Lock()
+	b := h.beats[sessionKey{model, mc.ID}]
+	ok := b != nil && mc.LastSeen.After(b.last) && mc.LastSeen.After(b.flushed) && now.Before(mc.LastSeen.Add(MissedHeartbeats*b.period))
+	if ok {
+		b.last, b.down = mc.LastSeen, false
+	}
+	h.mu.Unlock()
+	if ok {
+		h.wake()
+	}
+	return ok
+}
+
 // markDown sets the machines down whose status is still started.
 func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 	s := h.s
@@ -671,9 +693,10 @@ func (h *heartbeats) markDown(ctx context.Context, keys []sessionKey) {
 		found := map[string]bool{}
 		var us []muster.MachineUpdate
 		var es []muster.Event
+		now := s.clock.Now()
 		for _, mc := range ms {
 			found[mc.ID] = true
-			if mc.Status != muster.StatusStarted {
+			if mc.Status != muster.StatusStarted || h.heardElsewhere(model, mc, now) {
 				continue
 			}
 			msg := fmt.Sprintf("agent missed %d heartbeats", MissedHeartbeats)
@@ -735,6 +758,9 @@ func (h *heartbeats) flush(ctx context.Context, now time.Time) bool {
 	byModel := map[string][]string{}
 	for k := range h.dirty {
 		byModel[k.model] = append(byModel[k.model], k.machine)
+		if b := h.beats[k]; b != nil {
+			b.flushed = now
+		}
 	}
 	clear(h.dirty)
 	h.mu.Unlock()

@@ -236,6 +236,43 @@ func TestHeartbeatAdoptsStartedOnTakeover(t *testing.T) {
 	testutil.Eventually(t, "machine 0 down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
 }
 
+// TestHeartbeatHeardByAnotherController: the monitor does not set a
+// machine down whose agent heartbeats to another controller sharing the
+// store (its flush writes the machine's last seen); it watches the
+// deadline from that heartbeat, and sets the machine down once those stop
+// too.
+func TestHeartbeatHeardByAnotherController(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.addMachines(t, api.AddMachinesRequest{})
+	h.provision(t, "0", "a")
+	if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
+		t.Fatal(err)
+	}
+	armed := func(what string) {
+		t.Helper()
+		select {
+		case <-h.clock.WaitForTimers(1):
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the monitor armed no deadline %s", what)
+		}
+	}
+	h.srv.Start()
+	armed("for the adopted machine")
+	h.clock.Advance(20 * time.Second)
+	// Another controller's flush of the agent's heartbeat.
+	if _, err := h.store.RecordHeartbeats(ctx, h.model.UUID, []string{"0"}, h.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(10 * time.Second) // the deadline of the adoption
+	armed("from the other controller's heartbeat")
+	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
+		t.Fatalf("heartbeating to another controller: got %s, want started", got)
+	}
+	h.clock.Advance(20 * time.Second) // 30 s after that heartbeat
+	testutil.Eventually(t, "machine down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
+}
+
 // TestRemovedMachineTokenRevoked: once the monitor notices that a machine
 // is gone, its agent's token stops working.
 func TestRemovedMachineTokenRevoked(t *testing.T) {

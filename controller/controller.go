@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,11 +137,15 @@ type Config struct {
 // supervised provisioner per model. Its methods are safe for concurrent
 // use.
 type Controller struct {
-	cfg        Config
-	log        *slog.Logger
-	store      muster.Store
-	leases     muster.LeaseStore
-	registry   muster.ControllerRegistry
+	cfg      Config
+	log      *slog.Logger
+	store    muster.Store
+	leases   muster.LeaseStore
+	registry muster.ControllerRegistry
+	// peers is what AgentAddresses returned last, read at peersAt.
+	peersMu    sync.Mutex
+	peers      []string
+	peersAt    time.Time
 	shared     bool   // the store is shared with other controllers (PostgreSQL)
 	id         string // this controller's own id (IDFile)
 	apiAddress string // host:port registered for clients
@@ -663,9 +668,9 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 	if err != nil {
 		return nil, err
 	}
-	apiAddresses := []string{c.url}
+	apiAddresses, agentAddresses := []string{c.url}, c.AgentAddresses
 	if p.APIAddresses != nil { // e.g. docker zone gateways (agentlisten.go)
-		apiAddresses = p.APIAddresses
+		apiAddresses, agentAddresses = p.APIAddresses, nil
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	r := &modelRunner{model: m, provider: p, cancel: cancel, trimmed: make(chan struct{})}
@@ -679,15 +684,16 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 		Store:          c.store,
 		// The provider itself, not the wrapper: the provisioner looks for
 		// what it offers beyond muster.Provider (batch starts, subnets).
-		Provider:      p.Provider,
-		Cloud:         cloudKey(m),
-		AgentBinaries: downloadURLs{c.agentBins, apiAddresses[0]},
-		Clock:         c.cfg.Clock,
-		Logger:        c.log, // the provisioner adds the model itself
-		Observer:      c.metrics.observer(m.Name),
-		APIAddresses:  apiAddresses,
-		CACert:        string(c.ca.CertPEM),
-		PasswordKey:   c.ca.DerivedKey("agent passwords"),
+		Provider:       p.Provider,
+		Cloud:          cloudKey(m),
+		AgentBinaries:  downloadURLs{c.agentBins, apiAddresses[0]},
+		Clock:          c.cfg.Clock,
+		Logger:         c.log, // the provisioner adds the model itself
+		Observer:       c.metrics.observer(m.Name),
+		APIAddresses:   apiAddresses,
+		AgentAddresses: agentAddresses,
+		CACert:         string(c.ca.CertPEM),
+		PasswordKey:    c.ca.DerivedKey("agent passwords"),
 	}, provisioner.SupervisorOptions{})
 	c.mu.Lock()
 	c.models[m.UUID] = r
@@ -699,6 +705,44 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 	}
 	log.Info("model runs on this controller", "provider", m.Provider, "controller-id", c.id)
 	return r, nil
+}
+
+// AgentAddresses returns the controller URLs given to the agents of an
+// instance started now: this controller's first, then those of the other
+// live controllers sharing the store (read again at most every second),
+// so that an agent whose controller dies carries on with another: every
+// controller answers agents, and the one running a model reads the
+// others' heartbeats of its machines from the store. The slice returned
+// is not to be modified.
+func (c *Controller) AgentAddresses() []string {
+	c.peersMu.Lock()
+	defer c.peersMu.Unlock()
+	now := c.cfg.Clock.Now()
+	if c.peers != nil && now.Sub(c.peersAt) < time.Second {
+		return c.peers
+	}
+	c.peersAt = now
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	live, err := c.registry.Controllers(ctx)
+	cancel()
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.log.Warn("agents given the controller addresses known before: list controllers", "err", err)
+		}
+		if c.peers == nil {
+			c.peers = []string{c.url}
+		}
+		return c.peers
+	}
+	addrs := []string{c.url}
+	for _, l := range live {
+		if l.ID != c.id {
+			addrs = append(addrs, "https://"+l.Address)
+		}
+	}
+	slices.Sort(addrs[1:])
+	c.peers = addrs
+	return addrs
 }
 
 // stopModel stops a running provisioner and closes its provider; cleanup

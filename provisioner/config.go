@@ -43,6 +43,11 @@ type Config struct {
 	// user data of every instance.
 	APIAddresses []string
 	CACert       string
+	// AgentAddresses, when set, returns the controller URLs for each
+	// start's agent configuration instead of APIAddresses: the
+	// controllers sharing a store come and go while a model runs. The
+	// slice returned is not modified.
+	AgentAddresses func() []string
 	// PasswordKey, when set, makes agent passwords a keyed hash of the
 	// model, machine and launch token instead of random. The controller
 	// derives it from a secret every controller of the store shares, so
@@ -103,3 +108,11 @@ func (nopObserver) Queue(int, int)                             {}
 func (nopObserver) Harvested(string, int)                      {}
 func (nopObserver) Throttled(string, float64)                  {}
 func (nopObserver) Machines(map[MachineKey]int)                {}
+
+// agentAddresses returns the controller URLs for an agent configuration.
+func (p *Provisioner) agentAddresses() []string {
+	if p.cfg.AgentAddresses != nil {
+		return p.cfg.AgentAddresses()
+	}
+	return p.cfg.APIAddresses
+}

@@ -33,10 +33,11 @@ func (p *Provisioner) enrolParams(ctx context.Context, js []*startJob) ([]muster
 		return nil, fmt.Errorf("record enrolment token: %w", err)
 	}
 	ps := make([]muster.StartParams, len(js))
+	addrs := p.agentAddresses()
 	for i, j := range js {
 		ud, err := json.Marshal(muster.AgentConfig{
 			Controller: p.cfg.ControllerUUID, Model: p.modelUUID, Machine: j.id,
-			APIAddresses: p.cfg.APIAddresses, CACert: p.cfg.CACert, EnrolToken: token,
+			APIAddresses: addrs, CACert: p.cfg.CACert, EnrolToken: token,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("agent config: %w", err)

@@ -946,7 +946,7 @@ func (p *Provisioner) buildParams(ctx context.Context, j *startJob) (muster.Star
 	}
 	ud, err := json.Marshal(muster.AgentConfig{
 		Controller: p.cfg.ControllerUUID, Model: p.modelUUID, Machine: j.id, Nonce: j.nonce,
-		Password: j.password, APIAddresses: p.cfg.APIAddresses, CACert: p.cfg.CACert,
+		Password: j.password, APIAddresses: p.agentAddresses(), CACert: p.cfg.CACert,
 	})
 	if err != nil {
 		return muster.StartParams{}, fmt.Errorf("agent config: %w", err)

@@ -354,6 +354,17 @@ func TestHATwoControllersTakeover(t *testing.T) {
 	if leader == b {
 		follower, fc = a, ca
 	}
+	// The agents are given every controller's address, the launching
+	// one's first, to carry on with the other if it dies.
+	for id, insts := range cs.instancesOf(t, m.UUID) {
+		var cfg muster.AgentConfig
+		if err := json.Unmarshal(cs.cloud.UserData(insts[0]), &cfg); err != nil {
+			t.Fatalf("machine %s: user data: %v", id, err)
+		}
+		if want := []string{leader.URL(), follower.URL()}; !reflect.DeepEqual(cfg.APIAddresses, want) {
+			t.Errorf("machine %s's agent config: api-addresses %v, want %v", id, cfg.APIAddresses, want)
+		}
+	}
 	// The follower answers status and zones of the model it does not run.
 	st, err := fc.Status(ctx, "ha")
 	if err != nil {
@@ -396,6 +407,12 @@ func TestHATwoControllersTakeover(t *testing.T) {
 		return allProvisioned(t, fc, "ha", more)
 	})
 	t.Logf("machines added after the crash provisioned %s after it (lease TTL %s)", time.Since(crashed).Round(100*time.Millisecond), a.Config().LeaseTTL)
+	// A controller that joins while the model runs is given to the agents
+	// started after it.
+	d := openHAController(t, store, "d", controller.Config{})
+	testutil.EventuallyWithin(t, takeoverDeadline, "the joining controller's address given to new agents", func() bool {
+		return slices.Contains(follower.AgentAddresses(), d.URL()) && follower.AgentAddresses()[0] == follower.URL()
+	})
 	if leaderOf(m.UUID, a, b) != follower {
 		t.Errorf("the model's provisioner does not run on the surviving controller")
 	}
