@@ -202,36 +202,21 @@ func TestHeartbeatAdoptsStarted(t *testing.T) {
 // and goes down once its agent has stayed silent for three periods.
 func TestHeartbeatAdoptsStartedOnTakeover(t *testing.T) {
 	h := newHarness(t)
-	ctx := context.Background()
 	h.addMachines(t, api.AddMachinesRequest{Count: 2})
 	h.provision(t, "0", "a")
 	h.provision(t, "1", "b")
-	started := func(id string) {
-		t.Helper()
-		if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: id, Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	armed := func(what string) {
-		t.Helper()
-		select {
-		case <-h.clock.WaitForTimers(1):
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the monitor armed no deadline for %s", what)
-		}
-	}
-	started("1")
+	h.setStarted(t, "1")
 	h.srv.Start()
-	armed("machine 1, adopted at the start")
+	h.armed(t, "for machine 1, adopted at the start")
 	h.clock.Advance(20 * time.Second)
-	started("0") // by an agent of another controller
+	h.setStarted(t, "0") // by an agent of another controller
 	h.srv.MonitorModel(h.model.UUID)
 	h.clock.Advance(10 * time.Second)
 	testutil.Eventually(t, "machine 1 down", func() bool { return h.machine(t, "1").Status == muster.StatusDown })
 	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
 		t.Fatalf("machine 0, adopted 10 s ago: got %s, want started", got)
 	}
-	armed("machine 0, adopted by MonitorModel")
+	h.armed(t, "for machine 0, adopted by MonitorModel")
 	h.clock.Advance(30 * time.Second)
 	testutil.Eventually(t, "machine 0 down", func() bool { return h.machine(t, "0").Status == muster.StatusDown })
 }
@@ -246,26 +231,16 @@ func TestHeartbeatHeardByAnotherController(t *testing.T) {
 	ctx := context.Background()
 	h.addMachines(t, api.AddMachinesRequest{})
 	h.provision(t, "0", "a")
-	if err := h.store.UpdateMachines(ctx, h.model.UUID, []muster.MachineUpdate{{ID: "0", Status: muster.Ptr(muster.StatusStarted)}}); err != nil {
-		t.Fatal(err)
-	}
-	armed := func(what string) {
-		t.Helper()
-		select {
-		case <-h.clock.WaitForTimers(1):
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the monitor armed no deadline %s", what)
-		}
-	}
+	h.setStarted(t, "0")
 	h.srv.Start()
-	armed("for the adopted machine")
+	h.armed(t, "for the adopted machine")
 	h.clock.Advance(20 * time.Second)
 	// Another controller's flush of the agent's heartbeat.
 	if _, err := h.store.RecordHeartbeats(ctx, h.model.UUID, []string{"0"}, h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Advance(10 * time.Second) // the deadline of the adoption
-	armed("from the other controller's heartbeat")
+	h.armed(t, "from the other controller's heartbeat")
 	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
 		t.Fatalf("heartbeating to another controller: got %s, want started", got)
 	}
@@ -378,5 +353,26 @@ func TestHeartbeatMonitorsOnlyItsModels(t *testing.T) {
 	})
 	if got := h.machine(t, "0").Status; got != muster.StatusStarted {
 		t.Fatalf("unwatched model's machine: got status %s, want started", got)
+	}
+}
+
+// setStarted sets machine id started in the store, as an agent's report
+// to another controller would.
+func (h *harness) setStarted(t *testing.T, id string) {
+	t.Helper()
+	up := []muster.MachineUpdate{{ID: id, Status: muster.Ptr(muster.StatusStarted)}}
+	if err := h.store.UpdateMachines(context.Background(), h.model.UUID, up); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// armed waits until the heartbeat monitor has armed a deadline (a timer
+// on the fake clock), what naming it.
+func (h *harness) armed(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-h.clock.WaitForTimers(1):
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the monitor armed no deadline %s", what)
 	}
 }

@@ -60,6 +60,29 @@ func (f *fakeController) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, `{"code":"unavailable","message":"not yet"}`, http.StatusServiceUnavailable)
 }
 
+// newAgentsFixture starts a fake controller over TLS (its URL and CA
+// returned) and a sim whose instances run agents, both closed at the end
+// of the test.
+func newAgentsFixture(t *testing.T) (fc *fakeController, srvURL, ca string, ag *agents, cloud *sim.Cloud) {
+	fc = &fakeController{logins: map[string]api.LoginRequest{}, enrols: map[string]string{}, enrolTk: map[string]string{}}
+	srv := httptest.NewTLSServer(fc)
+	t.Cleanup(srv.Close)
+	ca = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	ag = newAgents(slog.New(slog.DiscardHandler), nil, 0)
+	cloud, err := sim.Open(sim.Config{OnStart: ag.onStart, OnStop: ag.onStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last first: the agents stop before the cloud closes.
+	t.Cleanup(func() { cloud.Close() })
+	t.Cleanup(ag.close)
+	ag.setCloud(cloud)
+	fc.mu.Lock()
+	fc.cert = cloud.IdentityCert()
+	fc.mu.Unlock()
+	return fc, srv.URL, ca, ag, cloud
+}
+
 func (f *fakeController) enrolled(machine string) (instance, token string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -81,22 +104,7 @@ func (f *fakeController) login(machine string) (api.LoginRequest, bool) {
 // starting it again boots a new one; an instance without an agent config
 // gets none.
 func TestAgentsFollowInstances(t *testing.T) {
-	fc := &fakeController{logins: map[string]api.LoginRequest{}, enrols: map[string]string{}, enrolTk: map[string]string{}}
-	srv := httptest.NewTLSServer(fc)
-	defer srv.Close()
-	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
-
-	ag := newAgents(slog.New(slog.DiscardHandler), nil, 0)
-	defer ag.close()
-	cloud, err := sim.Open(sim.Config{OnStart: ag.onStart, OnStop: ag.onStop})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cloud.Close()
-	ag.setCloud(cloud)
-	fc.mu.Lock()
-	fc.cert = cloud.IdentityCert()
-	fc.mu.Unlock()
+	fc, srvURL, ca, ag, cloud := newAgentsFixture(t)
 	const batchToken = "the-batch-token"
 
 	var ls []cloudinit.Launch
@@ -104,7 +112,7 @@ func TestAgentsFollowInstances(t *testing.T) {
 	var cfgs []muster.AgentConfig
 	for i := range 3 {
 		cfg := muster.AgentConfig{Controller: "c", Model: "m", Machine: strconv.Itoa(10 + i), EnrolToken: batchToken,
-			APIAddresses: []string{srv.URL}, CACert: ca}
+			APIAddresses: []string{srvURL}, CACert: ca}
 		ud, _ := json.Marshal(cfg)
 		a, err := cloudinit.AgentFor(muster.StartParams{MachineID: cfg.Machine, UserData: ud, AgentBinaries: []muster.AgentBinary{
 			{OS: "linux", Arch: "amd64", URL: "https://h/bin", SHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}}, "amd64")
@@ -255,25 +263,10 @@ func TestAgentsAfterSimRestart(t *testing.T) {
 // batch token enrols with its instance's identity and then logs in; user
 // data that is a bad agent config, or none, runs no agent.
 func TestAgentsOfSimModelStarts(t *testing.T) {
-	fc := &fakeController{logins: map[string]api.LoginRequest{}, enrols: map[string]string{}, enrolTk: map[string]string{}}
-	srv := httptest.NewTLSServer(fc)
-	defer srv.Close()
-	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
-
-	ag := newAgents(slog.New(slog.DiscardHandler), nil, 0)
-	defer ag.close()
-	cloud, err := sim.Open(sim.Config{OnStart: ag.onStart, OnStop: ag.onStop})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cloud.Close()
-	ag.setCloud(cloud)
-	fc.mu.Lock()
-	fc.cert = cloud.IdentityCert()
-	fc.mu.Unlock()
+	fc, srvURL, ca, ag, cloud := newAgentsFixture(t)
 
 	userData := func(cfg muster.AgentConfig) []byte {
-		cfg.Controller, cfg.Model, cfg.APIAddresses, cfg.CACert = "c", "m", []string{srv.URL}, ca
+		cfg.Controller, cfg.Model, cfg.APIAddresses, cfg.CACert = "c", "m", []string{srvURL}, ca
 		b, err := json.Marshal(cfg)
 		if err != nil {
 			t.Fatal(err)
