@@ -699,8 +699,9 @@ func (c *Controller) startModel(ctx context.Context, modelUUID string) (*modelRu
 	c.models[m.UUID] = r
 	c.mu.Unlock()
 	if c.api != nil {
-		// Taken over from another controller: the machines whose agents
-		// heartbeated there are set down here unless they come here.
+		// Taken over from another controller: its machines are watched
+		// from now, and set down unless their agents heartbeat to a live
+		// controller.
 		c.api.MonitorModel(m.UUID)
 	}
 	log.Info("model runs on this controller", "provider", m.Provider, "controller-id", c.id)
