@@ -850,3 +850,123 @@ func TestCLISkipsSilentController(t *testing.T) {
 		t.Errorf("got controllers %v, want %v", got.Controllers, want)
 	}
 }
+
+// TestHAAgentsOutliveAKilledController runs the README's shared-cloud
+// setup as processes: a `muster sim serve` whose agents each connect on
+// their own, and three controllers on one PostgreSQL database. The
+// machines' agents are given all three addresses; after a kill -9 of the
+// controller running the model they carry on with another, whichever
+// controller takes the model over hears them (directly, or through the
+// last seen the others write), and no machine goes down: every machine
+// is seen well over three heartbeat periods after the takeover, still
+// started, with no down event.
+func TestHAAgentsOutliveAKilledController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs real processes; skipped with -short")
+	}
+	store := testPostgresStore(t)
+	pt := newProcTest(t)
+	simProc, simURL := pt.startSim("--zones", "a,b,c")
+	defer simProc.stop()
+	procs := map[string]*proc{}
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for _, name := range []string{"a", "b", "c"} {
+		procs[name], _ = startProc(t, pt.env, filepath.Join(pt.tmp, name+".log"), "controller listening on ", pt.bin, "controller",
+			"--store", store, "--data-dir", filepath.Join(pt.tmp, name), "--listen", "127.0.0.1:0", "--default-sim-endpoint", simURL)
+	}
+	config := filepath.Join(pt.tmp, "a", "client.yaml")
+	cli := func(args ...string) string { t.Helper(); return cliOK(t, config, args...) }
+	testutil.EventuallyWithin(t, takeoverDeadline, "the CLI knows the three controllers", func() bool {
+		cli("models")
+		cc, err := controller.LoadClientConfig(config)
+		return err == nil && len(cc.Controllers) == 3
+	})
+	cli("model-config", "agent-heartbeat=1s")
+	ids := lines(cli("add-machine", "-n", "3"))
+	status := func() api.StatusScript {
+		t.Helper()
+		var st api.StatusScript
+		if err := json.Unmarshal([]byte(cli("status", "--format", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	allStarted := func() bool {
+		st := status()
+		for _, id := range ids {
+			if st.Machines[id].Status != string(muster.StatusStarted) {
+				return false
+			}
+		}
+		return true
+	}
+	testutil.EventuallyWithin(t, convergeDeadline, "the machines started", allStarted)
+
+	db, err := sql.Open("pgx", store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var evs []api.EventInfo
+	if err := json.Unmarshal([]byte(cli("events", "--format", "json")), &evs); err != nil || len(evs) == 0 {
+		t.Fatalf("events: %v (%d)", err, len(evs))
+	}
+	uuid := evs[0].Model
+	holder := func() string {
+		var h string
+		db.QueryRow(`SELECT holder FROM leases WHERE name = $1`, controller.LeaseName(uuid)).Scan(&h)
+		return h
+	}
+	killed := ""
+	for name := range procs {
+		id, err := os.ReadFile(filepath.Join(pt.tmp, name, controller.IDFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(id)) == holder() {
+			killed = name
+		}
+	}
+	if killed == "" {
+		t.Fatalf("no controller holds the model's lease (holder %q)", holder())
+	}
+	old := holder()
+	procs[killed].kill()
+	delete(procs, killed)
+	testutil.EventuallyWithin(t, takeoverDeadline, "another controller holds the model's lease", func() bool { h := holder(); return h != "" && h != old })
+	tookOver := time.Now()
+	// Heard for five periods after the takeover: the new holder's monitor
+	// has passed the deadline of every machine it adopted.
+	testutil.EventuallyWithin(t, takeoverDeadline, "every machine seen 5 s after the takeover", func() bool {
+		rows, err := db.Query(`SELECT id, last_seen FROM machines WHERE model_uuid = $1`, uuid)
+		if err != nil {
+			return false
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var id, seen int64
+			if rows.Scan(&id, &seen) == nil && time.Unix(0, seen).After(tookOver.Add(5*time.Second)) {
+				n++
+			}
+		}
+		return n == len(ids)
+	})
+	if !allStarted() {
+		t.Errorf("machines after the takeover: %+v, want all started", status().Machines)
+	}
+	evs = nil
+	if err := json.Unmarshal([]byte(cli("events", "--format", "json")), &evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == "down" {
+			t.Errorf("machine %s went down after the controller running the model was killed: %s", e.Machine, e.Message)
+		}
+	}
+	t.Logf("controller %s killed; the machines' agents heard by the others throughout", killed)
+}
