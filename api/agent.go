@@ -424,11 +424,11 @@ func newHeartbeats(s *Server) *heartbeats {
 }
 
 // MonitorModel tells the server that this controller now runs the
-// model's provisioner (Config.Runtime's Monitors is true for it), e.g.
-// after it took the model over from another controller: the model's
-// machines started meanwhile, whose agents heartbeat to no controller the
-// server knows of, count as having just heartbeaten and are set down if
-// their agents stay silent, as at a start (Start adopts every model's).
+// model's provisioner (Config.Runtime's Monitors is true for it), at its
+// start or after it took the model over from another controller: the
+// model's started machines that the monitor does not track yet count as
+// having just heartbeaten, and are set down if their agents stay silent.
+// A server without a Runtime adopts every model's at Start instead.
 func (s *Server) MonitorModel(modelUUID string) {
 	h := s.hb
 	h.mu.Lock()
@@ -546,11 +546,16 @@ func (h *heartbeats) markUp(ctx context.Context, sess *agentSession) error {
 }
 
 // run watches deadlines and flushes heartbeats every HeartbeatFlushEvery
-// until ctx ends. Machines already started when it begins count as having
-// just heartbeaten, so a controller restart sets down those whose agents
-// never come back.
+// until ctx ends. Machines already started when it begins (with a
+// Runtime: when their model is announced) count as having just
+// heartbeaten, so a controller restart sets down those whose agents never
+// come back.
 func (h *heartbeats) run(ctx context.Context) {
-	h.adoptStarted(ctx, nil)
+	if h.s.cfg.Runtime == nil {
+		// Every model is this server's; with a Runtime, those it runs
+		// are announced (MonitorModel) as they start.
+		h.adoptStarted(ctx, nil)
+	}
 	var flushAt time.Time // the next flush is due then
 	for {
 		h.mu.Lock()

@@ -345,6 +345,7 @@ func TestHeartbeatMonitorsOnlyItsModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.srv.Start()
+	h.srv.MonitorModel(other.UUID) // as the runtime announces a model it runs
 	<-h.clock.WaitForTimers(1)
 	h.clock.Advance(30 * time.Second)
 	testutil.Eventually(t, "the watched model's machine down", func() bool {

@@ -74,8 +74,9 @@ type Runtime interface {
 	ProvisionerError(modelUUID string) string
 	// Monitors reports whether this server sets the machines of a model
 	// down when their agents miss heartbeats: on a store shared by several
-	// controllers, only the one running the model's provisioner should,
-	// because agents heartbeat to it.
+	// controllers, only the one running the model's provisioner does,
+	// counting the heartbeats the others write to the store too. The
+	// runtime announces each model it starts running (Server.MonitorModel).
 	Monitors(modelUUID string) bool
 	// ValidateModel checks a new model's provider and configuration before
 	// it is created. Errors without a code are reported as invalid.

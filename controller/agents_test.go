@@ -475,3 +475,26 @@ func TestSimAgentsAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// A restarted controller sets down the machines whose agents do not come
+// back (SPEC §4: down after three missed heartbeats): it watches every
+// started machine of a model from when the model runs on it again.
+func TestMachinesDownWhenAgentsDoNotReturnAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	ac := openAgentsController(t, Config{DataDir: dir})
+	ids := ac.addMachines(t, "default", api.AddMachinesRequest{Count: 2})
+	ac.waitMachines(t, "default", "started", ids, func(m api.MachineStatus) bool { return m.Status == string(muster.StatusStarted) })
+	// After the restart no agent boots again, and heartbeats are due
+	// every 100ms.
+	if _, err := ac.client.SetModelConfig(context.Background(), "default", map[string]string{"sim-agents": "false", "agent-heartbeat": "100ms"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ac.ctrl.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ac.ctrl = nil
+	ac2 := openAgentsController(t, Config{DataDir: dir})
+	ac2.waitMachines(t, "default", "down", ids, func(m api.MachineStatus) bool { return m.Status == string(muster.StatusDown) })
+}
